@@ -1,0 +1,31 @@
+# Entry points for people and CI. `make test` works from a fresh clone: it creates .venv,
+# builds the control-plane binaries into ~/.cache/grpo-operator if missing, and runs pytest.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: help venv controlplane test lint cluster-up cluster-down
+
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
+
+venv: ## create .venv and install the project with the extras the tests need
+	@bash hack/setup-venv.sh
+
+controlplane: ## build the pinned control-plane binaries into the cache (once)
+	@bash hack/build-controlplane.sh >/dev/null
+
+test: venv controlplane ## the whole suite, from a fresh clone
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: venv ## ruff
+	$(PY) -m ruff check operator trainer-image tests
+
+cluster-up: venv controlplane ## start the local cluster in the background (.cluster/kubeconfig)
+	@PYTHONPATH=hack $(PY) -m localcluster up
+
+cluster-down: ## stop the local cluster
+	@PYTHONPATH=hack $(PY) -m localcluster down

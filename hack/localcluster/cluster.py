@@ -1,0 +1,151 @@
+"""A local Kubernetes control plane started as processes, the way envtest does it, plus the
+parts that make it behave like a GPU cluster: kube-controller-manager, kube-scheduler, KWOK fake
+nodes and the real KubeRay operator.
+
+    with LocalCluster.start() as cluster:
+        cluster.kubectl("get", "nodes")
+
+Everything lives under one root directory (PKI, etcd data, logs, kubeconfigs) that is removed
+on stop unless the caller passed its own ``root``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from . import components, kubeconfig, nodes, pki
+from .binaries import Toolset, ensure_built
+from .driver_runner import DriverRunner
+from .processes import Supervisor
+
+
+@dataclass
+class LocalCluster:
+    root: Path
+    tools: Toolset
+    supervisor: Supervisor
+    pki: pki.Pki
+    server: str = ""
+    kubeconfig: Path = field(default=Path())
+    owns_root: bool = True
+    driver_runner: DriverRunner | None = None
+    _admin: object = None
+    # Seconds each start-up phase took, for the README's numbers and `localcluster up`.
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, root: Path | None = None, *, tools: Toolset | None = None) -> LocalCluster:
+        owns_root = root is None
+        root = Path(tempfile.mkdtemp(prefix="grpo-localcluster-")) if root is None else root
+        root.mkdir(parents=True, exist_ok=True)
+        cluster = cls(
+            root=root,
+            tools=tools or ensure_built(),
+            supervisor=Supervisor(root / "logs"),
+            pki=pki.generate(root / "pki"),
+            owns_root=owns_root,
+        )
+        try:
+            cluster._start_all()
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def _start_all(self) -> None:
+        ctx = components.Context(self.tools, self.supervisor, self.pki, self.root)
+        with self._phase("etcd"):
+            etcd_url = components.start_etcd(ctx)
+        with self._phase("kube-apiserver"):
+            self.server, self.kubeconfig = components.start_apiserver(ctx, etcd_url)
+        with self._phase("kube-controller-manager"):
+            components.start_controller_manager(ctx, self.server)
+        with self._phase("kube-scheduler"):
+            components.start_scheduler(ctx, self.server)
+        with self._phase("kwok+nodes"):
+            components.start_kwok(ctx, self.server)
+            self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(nodes.default_nodes()))
+            self.kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=60s")
+        with self._phase("kuberay-operator"):
+            # Server-side: the CRDs exceed a client-side apply's annotation limit.
+            for crd in self.tools.kuberay_crds:
+                self.kubectl("apply", "--server-side", "-f", str(crd))
+            self.kubectl(
+                "wait", "--for=condition=Established", "crd/rayclusters.ray.io", "--timeout=60s"
+            )
+            components.start_kuberay(ctx, self.server)
+        self._admin = self.api_client()
+        self.driver_runner = DriverRunner(
+            self._admin,
+            self.root,
+            selector=components.DRIVER_SELECTOR,
+            apiserver_port=int(self.server.rsplit(":", 1)[1]),
+        )
+        self.driver_runner.start()
+        self.timings["total"] = round(sum(self.timings.values()), 2)
+
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        yield
+        self.timings[name] = round(time.monotonic() - started, 2)
+
+    def stop(self) -> None:
+        if self.driver_runner is not None:
+            self.driver_runner.stop()
+            self._admin.close()
+        self.supervisor.stop_all()
+        if self.owns_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- clients ---------------------------------------------------------------------------
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the pinned kubectl as the admin. Raises with stderr when ``check`` and it fails."""
+        proc = subprocess.run(
+            [self.tools.bin("kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise subprocess.CalledProcessError(
+                proc.returncode, proc.args, proc.stdout, proc.stderr
+            )
+        return proc
+
+    def api_client(self):
+        """A ``kubernetes.client.ApiClient`` for the admin."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def write_kubeconfig(self, path: Path, *, user: str, token: str) -> Path:
+        """A kubeconfig for ``user`` authenticating with a bearer token."""
+        return kubeconfig.write(path, self.server, self.pki.ca.cert, user=user, token=token)
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.tools.bin_dir
+
+    @staticmethod
+    def tools_bin(name: str) -> str:
+        return ensure_built().bin(name)

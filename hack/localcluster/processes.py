@@ -1,0 +1,112 @@
+"""Starting, health-checking and stopping the control plane's processes.
+
+Every process runs in its own session (so a stop reaches its whole process group) and, on Linux,
+receives SIGKILL if the Python process that started it dies — a crashed or killed test run never
+leaves etcd or an API server behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (the kernel's choice for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+@dataclass
+class Managed:
+    name: str
+    popen: subprocess.Popen
+    log: Path
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class Supervisor:
+    """Owns the processes of one cluster; stops them in reverse start order."""
+
+    log_dir: Path
+    processes: list[Managed] = field(default_factory=list)
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Managed:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_dir / f"{name}.log"
+        with log.open("ab") as out:
+            popen = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        managed = Managed(name, popen, log)
+        self.processes.append(managed)
+        return managed
+
+    def wait_until(
+        self, managed: Managed, ready: Callable[[], bool], what: str, timeout: float = 60.0
+    ) -> None:
+        """Poll ``ready`` until true; fail early, with the log's tail, if the process exits."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if managed.popen.poll() is not None:
+                raise StartupError(
+                    f"{managed.name} exited with {managed.popen.returncode} before {what}; "
+                    f"log {managed.log}:\n{managed.tail()}"
+                )
+            with contextlib.suppress(Exception):
+                if ready():
+                    return
+            time.sleep(0.2)
+        raise StartupError(
+            f"{managed.name} not {what} after {timeout:.0f}s; log {managed.log}:\n{managed.tail()}"
+        )
+
+    def stop_all(self, grace: float = 10.0) -> None:
+        for managed in reversed(self.processes):
+            _stop(managed.popen, grace)
+        self.processes.clear()
+
+
+def _stop(popen: subprocess.Popen, grace: float) -> None:
+    if popen.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(popen.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(grace)
+    # The group may hold children that outlive the leader.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(popen.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        popen.wait(5)
