@@ -101,7 +101,7 @@ go build -trimpath -ldflags "$ldflags" -o bin/ \
   go.etcd.io/etcd/server/v3 \
   sigs.k8s.io/kwok/cmd/kwok \
   helm.sh/helm/v3/cmd/helm >&2
-mv bin/v3 bin/etcd
+mv bin/server bin/etcd  # go names a /vN module's binary after the element before /vN
 log "go build 1/2 took $((SECONDS - start)) s"
 
 mkdir kuberay && (
@@ -119,14 +119,18 @@ modcache="$(go env GOMODCACHE)"
 kuberay_src="$modcache/github.com/ray-project/kuberay/ray-operator@${KUBERAY_VERSION}"
 kwok_src="$modcache/sigs.k8s.io/kwok@${KWOK_VERSION}"
 
-rm -rf "$out.partial" && mkdir -p "$out.partial"
-cp -r bin "$out.partial/bin"
+[[ -d "$out.partial" ]] && chmod -R u+w "$out.partial" && rm -rf "$out.partial"
+mkdir -p "$out.partial/bin"
+cp bin/* "$out.partial/bin/"
 mkdir -p "$out.partial/kuberay-crds" "$out.partial/kwok-stages"
 cp "$kuberay_src"/config/crd/bases/*.yaml "$out.partial/kuberay-crds/"
-cp "$kwok_src"/kustomize/stage/node/fast/*.yaml "$kwok_src"/kustomize/stage/pod/fast/*.yaml "$out.partial/kwok-stages/"
+for stage in node/fast/node-initialize pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+  cp "$kwok_src/kustomize/stage/$stage.yaml" "$out.partial/kwok-stages/"
+done
 chmod -R u+w "$out.partial"
 cp "$here/versions.env" "$out.partial/versions.env"
 touch "$out.partial/.complete"
-rm -rf "$out" && mkdir -p "$(dirname "$out")" && mv "$out.partial" "$out"
+[[ -d "$out" ]] && chmod -R u+w "$out" && rm -rf "$out"
+mv "$out.partial" "$out"
 log "done: $out/bin"
 echo "$out"

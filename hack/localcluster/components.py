@@ -97,6 +97,9 @@ def start_apiserver(ctx: Context, etcd_url: str) -> tuple[str, Path]:
             f"--service-account-key-file={p.sa_pub}",
             f"--service-account-signing-key-file={p.sa_key}",
             "--allow-privileged=true",
+            # New nodes get a not-ready taint that only node-lifecycle (off, see CONTROLLERS)
+            # would lift; KWOK nodes are Ready at once, so they are created without it.
+            "--disable-admission-plugins=TaintNodesByCondition",
             "--profiling=false",
             "--v=1",
         ],

@@ -1,0 +1,110 @@
+"""Group-relative advantages (GRPO's outcome-reward estimator).
+
+Each completion's scalar score is compared with the other completions of the same prompt:
+
+    A_i = (s_i - mean_g) / (std_g + epsilon)     normalize_by_std=True  (GRPO)
+    A_i =  s_i - mean_g                           normalize_by_std=False (Dr.GRPO)
+
+with ``std_g`` the unbiased (n - 1) standard deviation of the group, as in verl's
+``compute_grpo_outcome_advantage``. A group whose scores are all equal (including a group of one
+completion) carries no relative signal and gets exactly 0, never NaN and never float residue of
+``s - mean``. verl instead gives a group of one ``s / (1 + epsilon)``; with GRPO's baseline
+being the group itself, 0 is the consistent value.
+
+The advantage is then broadcast over the completion's response tokens and masked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import torch
+from torch import Tensor
+
+
+def _group_index(group_ids: Tensor | Sequence[Hashable]) -> Tensor:
+    """Dense group index in [0, G) for each of the N completions."""
+    if isinstance(group_ids, Tensor):
+        return torch.unique(group_ids, return_inverse=True)[1].reshape(-1)
+    dense: dict[Hashable, int] = {}
+    return torch.tensor([dense.setdefault(g, len(dense)) for g in group_ids], dtype=torch.long)
+
+
+def group_advantages(
+    scores: Tensor,
+    group_ids: Tensor | Sequence[Hashable],
+    normalize_by_std: bool = True,
+    epsilon: float = 1e-6,
+) -> Tensor:
+    """One advantage per completion.
+
+    Args:
+        scores: (N,) finite scalar score of each completion.
+        group_ids: (N,) prompt-group id of each completion: a tensor of ints or a sequence of
+            hashables (e.g. prompt UUIDs). Groups may differ in size.
+        normalize_by_std: divide by the group's unbiased std + epsilon.
+        epsilon: added to the std.
+
+    Returns:
+        (N,) advantages, in ``scores``' dtype (float32 if ``scores`` is not floating).
+    """
+    if scores.dim() != 1:
+        raise ValueError(f"scores must be 1-D (N,), got shape {tuple(scores.shape)}")
+    out_dtype = scores.dtype if scores.is_floating_point() else torch.float32
+    s = scores.detach().to(torch.float64)  # (N,)
+    if not bool(torch.isfinite(s).all()):
+        raise ValueError("scores must be finite")
+    index = _group_index(group_ids).to(s.device)  # (N,)
+    if index.numel() != s.numel():
+        raise ValueError(f"{s.numel()} scores but {index.numel()} group ids")
+    if s.numel() == 0:
+        return torch.zeros(0, dtype=out_dtype, device=scores.device)
+
+    num_groups = int(index.max()) + 1
+    zeros = torch.zeros(num_groups, dtype=s.dtype, device=s.device)  # (G,)
+    counts = zeros.index_add(0, index, torch.ones_like(s))  # (G,)
+    mean = zeros.index_add(0, index, s) / counts  # (G,)
+    centered = s - mean[index]  # (N,)
+    if normalize_by_std:
+        # Two-pass unbiased variance: accurate for scores of any offset.
+        var = zeros.index_add(0, index, centered.square()) / (counts - 1).clamp(min=1)  # (G,)
+        advantages = centered / (var.sqrt()[index] + epsilon)  # (N,)
+    else:
+        advantages = centered
+
+    # All-equal groups (a group of one included) give exactly 0.
+    group_max = zeros.scatter_reduce(0, index, s, "amax", include_self=False)  # (G,)
+    group_min = zeros.scatter_reduce(0, index, s, "amin", include_self=False)  # (G,)
+    constant = (group_max == group_min)[index]  # (N,)
+    advantages = torch.where(constant, 0.0, advantages)
+    return advantages.to(out_dtype)
+
+
+def compute_advantages(
+    scores: Tensor,
+    group_ids: Tensor | Sequence[Hashable],
+    response_mask: Tensor,
+    normalize_by_std: bool = True,
+    epsilon: float = 1e-6,
+) -> Tensor:
+    """Token-level advantages: ``group_advantages`` broadcast over each response and masked.
+
+    Args:
+        scores: (N,) scalar score per completion.
+        group_ids: (N,) prompt-group id per completion.
+        response_mask: (N, T) 1 on response tokens that count, 0 on padding.
+        normalize_by_std: see ``group_advantages``.
+        epsilon: see ``group_advantages``.
+
+    Returns:
+        (N, T) advantages; exactly 0 where ``response_mask`` is 0.
+    """
+    if response_mask.dim() != 2 or response_mask.shape[0] != scores.shape[0]:
+        raise ValueError(
+            f"response_mask must be (N, T) with N={scores.shape[0]}, "
+            f"got {tuple(response_mask.shape)}"
+        )
+    per_sequence = group_advantages(scores, group_ids, normalize_by_std, epsilon)  # (N,)
+    per_sequence = per_sequence.to(response_mask.device)
+    mask = response_mask.bool()  # (N, T)
+    return torch.where(mask, per_sequence.unsqueeze(-1), 0.0)  # (N, T)

@@ -1,0 +1,90 @@
+"""The algorithm settings the loss math needs, one field per CRD ``spec.algorithm`` key.
+
+The contract (``grpo_operator.api``) owns validation of the manifest; this dataclass re-checks the
+same bounds so that the math never runs with settings it was not written for, and it maps the
+camelCase CRD keys to Python names in one place (``CRD_KEYS``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+LOSS_AGGREGATIONS = (
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+
+# CRD key (spec.algorithm) -> AlgorithmSettings field.
+CRD_KEYS = {
+    "klCoef": "kl_coef",
+    "klEstimator": "kl_estimator",
+    "clipRatioLow": "clip_ratio_low",
+    "clipRatioHigh": "clip_ratio_high",
+    "clipRatioC": "clip_ratio_c",
+    "lossAggregation": "loss_aggregation",
+    "normalizeAdvantageByStd": "normalize_advantage_by_std",
+    "temperature": "temperature",
+}
+
+
+@dataclass(frozen=True)
+class AlgorithmSettings:
+    """GRPO loss settings; defaults follow verl's actor defaults.
+
+    kl_coef: weight of the KL-to-reference term; 0 skips the reference model entirely.
+    kl_estimator: "k1", "k2" or "k3" (see ``grpo_trainer.kl``).
+    clip_ratio_low / clip_ratio_high: PPO clip range ``[1 - low, 1 + high]`` of the ratio.
+    clip_ratio_c: dual-clip bound for negative advantages (> 1).
+    loss_aggregation: one of ``LOSS_AGGREGATIONS`` (see ``grpo_trainer.aggregation``).
+    normalize_advantage_by_std: divide group-centred scores by the group's std (GRPO) or not
+        (Dr.GRPO).
+    temperature: the sampling temperature; logits are divided by it wherever logprobs are taken.
+    """
+
+    kl_coef: float = 0.001
+    kl_estimator: str = "k3"
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float = 3.0
+    loss_aggregation: str = "token-mean"
+    normalize_advantage_by_std: bool = True
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.kl_coef >= 0:
+            raise ValueError(f"klCoef must be >= 0, got {self.kl_coef}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(
+                f"klEstimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}"
+            )
+        if not 0 <= self.clip_ratio_low < 1:
+            raise ValueError(f"clipRatioLow must be in [0, 1), got {self.clip_ratio_low}")
+        if not self.clip_ratio_high >= 0:
+            raise ValueError(f"clipRatioHigh must be >= 0, got {self.clip_ratio_high}")
+        if not self.clip_ratio_c > 1:
+            raise ValueError(f"clipRatioC must be > 1, got {self.clip_ratio_c}")
+        if self.loss_aggregation not in LOSS_AGGREGATIONS:
+            raise ValueError(
+                f"lossAggregation must be one of {LOSS_AGGREGATIONS}, got {self.loss_aggregation!r}"
+            )
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+
+    @classmethod
+    def from_algorithm(cls, algorithm: Mapping[str, Any]) -> AlgorithmSettings:
+        """Build from a ``spec.algorithm`` mapping with camelCase keys.
+
+        Keys this module does not own (groupSize, learningRate, ...) are ignored; absent or None
+        keys take the defaults above.
+        """
+        kwargs = {
+            field: algorithm[key]
+            for key, field in CRD_KEYS.items()
+            if algorithm.get(key) is not None
+        }
+        return cls(**kwargs)
