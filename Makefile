@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help venv controlplane test lint cluster-up cluster-down
+.PHONY: help venv controlplane test lint manifests manifests-check cluster-up cluster-down
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -18,8 +18,14 @@ venv: ## create .venv and install the project with the extras the tests need
 controlplane: ## build the pinned control-plane binaries into the cache (once)
 	@bash hack/build-controlplane.sh >/dev/null
 
-test: venv controlplane ## the whole suite, from a fresh clone
+test: venv controlplane manifests-check ## the whole suite, from a fresh clone
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+manifests: venv ## regenerate crds/ and docs/api.md from the API models
+	$(PY) -m grpo_operator.api.generate
+
+manifests-check: venv ## fail, naming the file, if crds/ or docs/api.md differ from the models
+	$(PY) -m grpo_operator.api.generate --check
 
 lint: venv ## ruff
 	$(PY) -m ruff check operator trainer-image tests
