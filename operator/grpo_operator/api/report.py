@@ -1,0 +1,147 @@
+"""The trainer's report: one JSON document under one key of the report ConfigMap.
+
+The trainer replaces the document whole on each write, with its attempt number and a sequence
+number that grows within the attempt. The operator mirrors an accepted report into
+status.ledger/recovery/terminal and ignores a report that is invalid, oversized or stale (from
+an older attempt, or not newer than the last accepted one): a late write from attempt N must not
+overwrite attempt N+1.
+
+Parsing is strict: unknown fields, a wrong schemaVersion, wrong JSON types and inconsistent
+states are refused with a message naming the field.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, ValidationError
+
+from grpo_operator.api.base import ApiModel, Rule, Timestamp, schema_version_type
+from grpo_operator.api.status import (
+    Attempt,
+    Count,
+    ReportCursor,
+    TrainerLedger,
+    TrainerRecovery,
+    TrainerTerminal,
+)
+
+REPORT_SCHEMA_VERSION = 1
+REPORT_KEY = "report.json"
+# A ConfigMap holds at most 1 MiB; a report is a few KiB. The limit leaves room and catches a
+# runaway message long before etcd would.
+MAX_REPORT_BYTES = 64 * 1024
+ReportSchemaVersion = schema_version_type(REPORT_SCHEMA_VERSION)
+
+
+class ReportError(ValueError):
+    """A report that must be ignored: invalid, oversized, or not parseable."""
+
+
+class TrainerState(StrEnum):
+    """What the trainer is doing as of the report."""
+
+    STARTING = "Starting"
+    """Loading, verifying inputs, restoring a checkpoint."""
+    RUNNING = "Running"
+    """Training."""
+    SUSPENDED = "Suspended"
+    """Stopped on request after writing a checkpoint (lastCheckpoint is set)."""
+    FINISHED = "Finished"
+    """Ended; `terminal` says how."""
+
+
+def _steps_consistent(r: Report) -> bool:
+    done = r.ledger.completed_steps
+    checkpoint = r.recovery.last_checkpoint
+    artifact = r.terminal.artifact if r.terminal else None
+    return (
+        (checkpoint is None or checkpoint.step <= done)
+        and (artifact is None or artifact.step <= done)
+        and (r.recovery.resumed_from_step is None or r.recovery.resumed_from_step <= done)
+    )
+
+
+class Report(ApiModel):
+    """The trainer's report (schemaVersion 1)."""
+
+    schema_version: ReportSchemaVersion
+    """Always 1 in this version."""
+    attempt: Attempt
+    """The attempt that wrote it (the run config's attempt)."""
+    sequence: Count
+    """Grows with every write within an attempt, starting at 0."""
+    time: Timestamp
+    """When it was written."""
+    state: TrainerState
+    """What the trainer is doing."""
+    ledger: TrainerLedger = Field(default_factory=TrainerLedger)
+    """Progress and spending."""
+    recovery: TrainerRecovery = Field(default_factory=TrainerRecovery)
+    """Checkpoints and rollout reuse."""
+    terminal: TrainerTerminal | None = None
+    """Set exactly when state is Finished."""
+
+    RULES = (
+        Rule(
+            cel=None,
+            message="terminal must be set exactly when state is Finished",
+            check=lambda r: (r.state == TrainerState.FINISHED) == (r.terminal is not None),
+        ),
+        Rule(
+            cel=None,
+            message="recovery.lastCheckpoint is required when state is Suspended",
+            check=lambda r: (
+                r.state != TrainerState.SUSPENDED or r.recovery.last_checkpoint is not None
+            ),
+        ),
+        Rule(
+            cel=None,
+            message="recovery.lastCheckpoint.step, terminal.artifact.step and "
+            "recovery.resumedFromStep must not exceed ledger.completedSteps",
+            check=_steps_consistent,
+        ),
+    )
+
+    def to_json(self) -> str:
+        """The document to store under REPORT_KEY (raises ReportError when oversized)."""
+        text = self.model_dump_json(by_alias=True, exclude_none=True)
+        _check_size(len(text.encode()))
+        return text
+
+    @property
+    def cursor(self) -> ReportCursor:
+        return ReportCursor(attempt=self.attempt, sequence=self.sequence)
+
+
+def _check_size(size: int) -> None:
+    if size > MAX_REPORT_BYTES:
+        raise ReportError(f"report is {size} bytes, over the limit of {MAX_REPORT_BYTES}")
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per error, each starting with the dotted wire path of the offending field."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        path = ".".join(str(p) for p in err["loc"]) or "(document)"
+        lines.append(f"{path}: {err['msg']}")
+    return "; ".join(lines)
+
+
+def parse_report(data: str | bytes) -> Report:
+    """Parse and validate a report document strictly; raises ReportError naming the field."""
+    raw = data.encode() if isinstance(data, str) else data
+    _check_size(len(raw))
+    try:
+        return Report.model_validate_json(raw)
+    except ValidationError as exc:
+        raise ReportError(describe_validation_error(exc)) from None
+
+
+def is_stale(report: Report | ReportCursor, last_accepted: ReportCursor | None) -> bool:
+    """True when `report` is not newer than the last accepted one: from an older attempt, or
+    from the same attempt with a lower or equal sequence."""
+    if last_accepted is None:
+        return False
+    cursor = report.cursor if isinstance(report, Report) else report
+    return (cursor.attempt, cursor.sequence) <= (last_accepted.attempt, last_accepted.sequence)

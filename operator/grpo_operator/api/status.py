@@ -1,0 +1,296 @@
+"""`GRPORun.status`, and the parts of it the trainer reports (see `report.py`).
+
+The trainer's report carries `TrainerLedger`, `TrainerRecovery` and `TrainerTerminal`; status
+extends each with what only the operator knows (metered GPU time, restarts and their history,
+the cleanup receipt). Lists are bounded so that status stays far below etcd's 1 MiB limit.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, TypeVar
+
+from pydantic import Field
+
+from grpo_operator.api.base import (
+    ApiModel,
+    Rule,
+    Sha256,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    Timestamp,
+)
+from grpo_operator.api.base import StrictStr as Str
+from grpo_operator.api.constants import (
+    MAX_ATTEMPT,
+    ConditionStatus,
+    ConditionType,
+    Outcome,
+    Phase,
+)
+
+MAX_HISTORY = 20
+MAX_SEEN_RETRY_IDS = 16
+MAX_CONDITIONS = 16
+MAX_MESSAGE_LENGTH = 4096
+
+Count = Annotated[StrictInt, Field(ge=0, le=2**53)]
+Step = Annotated[StrictInt, Field(ge=0, le=10_000_000)]
+Attempt = Annotated[StrictInt, Field(ge=1, le=MAX_ATTEMPT)]
+# Bounds stay within int64: kubectl turns integral YAML numbers into integers.
+Finite = Annotated[StrictFloat, Field(allow_inf_nan=False, ge=-1e15, le=1e15)]
+NonNegative = Annotated[StrictFloat, Field(allow_inf_nan=False, ge=0, le=1e15)]
+InPodPath = Annotated[Str, Field(min_length=1, max_length=1024, pattern=r"^/")]
+ReasonText = Annotated[
+    Str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+]
+Message = Annotated[Str, Field(max_length=MAX_MESSAGE_LENGTH)]
+ObjectName = Annotated[Str, Field(min_length=1, max_length=253)]
+
+T = TypeVar("T")
+
+
+def bounded(items: list[T], item: T, limit: int) -> list[T]:
+    """`items` with `item` appended, keeping the newest `limit` entries."""
+    return [*items, item][-limit:]
+
+
+class Condition(ApiModel):
+    """A metav1.Condition."""
+
+    type: Str = Field(min_length=1, max_length=316)
+    """One of the ConditionType values (Accepted, ClusterReady, Running, Recovering, Suspended,
+    Succeeded, Failed)."""
+    status: ConditionStatus
+    """True, False or Unknown."""
+    observed_generation: StrictInt | None = Field(default=None, ge=0)
+    """The spec generation the condition was computed from."""
+    last_transition_time: Timestamp
+    """When status last changed."""
+    reason: ReasonText
+    """CamelCase reason."""
+    message: Message = ""
+    """Human-readable details."""
+
+
+class CheckpointRef(ApiModel):
+    """A complete, verified checkpoint."""
+
+    step: Step
+    """The optimizer step it holds."""
+    path: InPodPath
+    """Its directory, in-pod (/checkpoints/<run-uid>/step_N)."""
+    sha256: Sha256
+    """sha256 of its digest manifest."""
+    time: Timestamp
+    """When it was written."""
+
+
+class RolloutReuse(ApiModel):
+    """Counts of the rollout recovery (prompt-group lineage), cumulative over the run."""
+
+    sealed_groups: Count = 0
+    """Prompt groups whose completions were all generated and journaled."""
+    reused_groups: Count = 0
+    """Journaled groups reused after a restart (their weight version matched the checkpoint)."""
+    abandoned_attempts: Count = 0
+    """Physical generation attempts abandoned (failed engine, restart)."""
+    batch_shortfall: Count = 0
+    """Sequences a step went without because generation could not be completed."""
+
+
+class ArtifactRef(ApiModel):
+    """The trained model: a Hugging Face directory on the checkpoint volume."""
+
+    path: InPodPath
+    """In-pod directory (/checkpoints/<run-uid>/artifact)."""
+    step: Step
+    """The optimizer step it was saved at."""
+    sha256: Sha256
+    """sha256 of its digest manifest."""
+
+
+class TrainerLedger(ApiModel):
+    """Progress and spending as the trainer counts them."""
+
+    planned_steps: Step = 0
+    """algorithm.maxSteps as the trainer planned it."""
+    completed_steps: Step = 0
+    """Optimizer steps completed (over all attempts)."""
+    prompt_tokens: Count = 0
+    """Prompt tokens sent to the rollout engine."""
+    generated_tokens: Count = 0
+    """Completion tokens generated (all attempts, including discarded work)."""
+    reward_mean: Finite | None = None
+    """Mean reward of the last step."""
+    reward_std: NonNegative | None = None
+    """Standard deviation of the rewards of the last step."""
+    kl: Finite | None = None
+    """Mean KL to the reference model in the last step."""
+    tokens_per_second: NonNegative | None = None
+    """Generated tokens per second in the last step."""
+
+    RULES = (
+        Rule(
+            # has(): a section's default ({}) is validated before its fields' defaults apply.
+            cel="!has(self.completedSteps) || !has(self.plannedSteps) || "
+            "self.completedSteps <= self.plannedSteps",
+            message="ledger.completedSteps must not exceed ledger.plannedSteps",
+            check=lambda led: led.completed_steps <= led.planned_steps,
+        ),
+    )
+
+
+class BudgetRemaining(ApiModel):
+    """What is left of spec.budget (absent: no such limit)."""
+
+    generated_tokens: StrictInt | None = None
+    """Tokens left of budget.maxGeneratedTokens (negative when overspent)."""
+    gpu_hours: Finite | None = Field(default=None, alias="gpuHours")
+    """GPU-hours left of budget.maxGPUHours (negative when overspent)."""
+
+
+class Ledger(TrainerLedger):
+    """Progress and spending of the run."""
+
+    gpu_seconds: NonNegative = 0.0
+    """GPU-seconds metered by the operator from the GPU pods' Running time."""
+    last_report_time: Timestamp | None = None
+    """Time of the last accepted trainer report."""
+    budget_remaining: BudgetRemaining | None = None
+    """What is left of the budget."""
+
+
+class TrainerRecovery(ApiModel):
+    """Recovery state as the trainer sees it."""
+
+    resumed_from_step: Step | None = None
+    """The checkpoint step this attempt resumed from (unset: started fresh)."""
+    last_checkpoint: CheckpointRef | None = None
+    """The newest complete checkpoint."""
+    rollout: RolloutReuse = Field(default_factory=RolloutReuse)
+    """Rollout reuse counts."""
+
+
+class RecoveryRecord(ApiModel):
+    """One attempt's start."""
+
+    attempt: Attempt
+    """The attempt number."""
+    reason: ReasonText
+    """Why it started (e.g. Started, RetryableFailure, PodVanished, Resumed, Retry)."""
+    time: Timestamp
+    """When it started."""
+    from_step: Step
+    """The step it started from."""
+
+
+class Recovery(TrainerRecovery):
+    """Attempts, restarts and checkpoints."""
+
+    attempt: StrictInt = Field(default=0, ge=0, le=MAX_ATTEMPT)
+    """The current attempt (0: none yet). Driver Jobs are named <run>-a<attempt>."""
+    restarts: Count = 0
+    """Retryable failures so far (counted against maxRestarts)."""
+    max_restarts: Count = 0
+    """runPolicy.maxRestarts as last observed."""
+    history: list[RecoveryRecord] = Field(default_factory=list, max_length=MAX_HISTORY)
+    """The newest attempts, oldest first (at most 20)."""
+
+
+class TrainerTerminal(ApiModel):
+    """How the run ended, as the trainer reports it."""
+
+    outcome: Outcome
+    """Succeeded, Failed or Cancelled."""
+    reason: ReasonText
+    """CamelCase reason (Completed, BudgetExhausted, FrozenInputChanged, ...)."""
+    message: Message = ""
+    """Human-readable details."""
+    finished_time: Timestamp
+    """When it ended."""
+    artifact: ArtifactRef | None = None
+    """The trained model; required when the outcome is Succeeded."""
+
+    RULES = (
+        Rule(
+            cel="self.outcome != 'Succeeded' || has(self.artifact)",
+            message="terminal.artifact (with its sha256) is required when terminal.outcome is "
+            "Succeeded",
+            check=lambda t: t.outcome != Outcome.SUCCEEDED or t.artifact is not None,
+        ),
+    )
+
+
+class Cleanup(ApiModel):
+    """Receipt of the teardown, written once the RayCluster is observed gone."""
+
+    ray_cluster_deleted: StrictBool
+    """The RayCluster is gone."""
+    time: Timestamp
+    """When that was observed."""
+
+
+class Terminal(TrainerTerminal):
+    """How the run ended."""
+
+    cleanup: Cleanup | None = None
+    """Teardown receipt."""
+
+
+class Children(ApiModel):
+    """Names of the objects the operator made for the run."""
+
+    ray_cluster: ObjectName | None = None
+    driver_job: ObjectName | None = None
+    """The current attempt's driver Job."""
+    run_config_map: ObjectName | None = None
+    report_config_map: ObjectName | None = None
+    service_account: ObjectName | None = None
+    auth_secret: ObjectName | None = None
+    """The Ray token-authentication Secret."""
+
+
+class ReportCursor(ApiModel):
+    """Position of the last accepted trainer report; older or equal reports are stale."""
+
+    attempt: Attempt
+    sequence: Count
+
+
+class GRPORunStatus(ApiModel):
+    """Observed state of a GRPORun, written only by the operator."""
+
+    observed_generation: StrictInt | None = Field(default=None, ge=0)
+    """The spec generation last acted on."""
+    phase: Phase | None = None
+    """Pending, Accepted, Queued, Provisioning, Running, Recovering, Suspended, Succeeded,
+    Failed or Cancelled."""
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        max_length=MAX_CONDITIONS,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """Kubernetes conditions, one per type."""
+    start_time: Timestamp | None = None
+    """When the run was accepted."""
+    completion_time: Timestamp | None = None
+    """When the run reached a terminal phase."""
+    children: Children = Field(default_factory=Children)
+    """Names of the child objects."""
+    ledger: Ledger = Field(default_factory=Ledger)
+    """Progress and spending."""
+    recovery: Recovery = Field(default_factory=Recovery)
+    """Attempts, restarts, checkpoints."""
+    terminal: Terminal | None = None
+    """How the run ended."""
+    accepted_report: ReportCursor | None = None
+    """The last trainer report mirrored into status."""
+    seen_retry_ids: list[Annotated[Str, Field(max_length=253)]] = Field(
+        default_factory=list, max_length=MAX_SEEN_RETRY_IDS
+    )
+    """Operation ids of grpo.dev/retry annotations already acted on (the newest 16)."""
+
+    def condition(self, type_: ConditionType | str) -> Condition | None:
+        """The condition of that type, if present."""
+        return next((c for c in self.conditions if c.type == type_), None)

