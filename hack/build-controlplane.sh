@@ -26,6 +26,12 @@ complete() {
 }
 if complete; then echo "$out"; exit 0; fi
 
+# Concurrent callers (parallel test sessions) wait for one build instead of racing it.
+mkdir -p "$cache_root"
+exec 9>"$cache_root/.build.lock"
+flock 9
+if complete; then echo "$out"; exit 0; fi
+
 log "building into $out (one-time; ~20-40 min on 2 cores)"
 proxy="$(go env GOPROXY)"
 if ! go list -m "k8s.io/kubernetes@${KUBERNETES_VERSION}" >/dev/null 2>&1; then
