@@ -10,11 +10,15 @@ import textwrap
 import pytest
 from kubernetes import client
 
+from grpo_operator.children.driver_job import ROLE_DRIVER, ROLE_LABEL
+from localcluster.components import DRIVER_SELECTOR
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
-DRIVER_LABELS = {"grpo.dev/role": "driver"}
+# The label the operator puts on driver pods is the one the harness runs for real.
+DRIVER_LABELS = {ROLE_LABEL: ROLE_DRIVER}
+assert DRIVER_SELECTOR == f"{ROLE_LABEL}={ROLE_DRIVER}"
 
 
 def driver_job(name: str, code: int) -> client.V1Job:

@@ -6,25 +6,13 @@ import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from grpo_operator.api.constants import CRD_NAME, GROUP, PLURAL, VERSION
-
-REPO = Path(__file__).resolve().parents[3]
-CRD_PATH = REPO / "crds" / f"{CRD_NAME}.yaml"
-
-
-@pytest.fixture(scope="session")
-def grporun_crd(cluster) -> str:
-    """Installs the checked-in CRD (server-side, as users are told to) and waits for it."""
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
-    return CRD_NAME
+from grpo_operator.api.constants import GROUP, PLURAL, VERSION
 
 
 @dataclass

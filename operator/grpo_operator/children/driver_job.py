@@ -1,0 +1,105 @@
+"""The driver Job of one attempt: a small pod that submits the trainer to the RayCluster's
+head through the Ray Jobs API, follows it, relays its reports, and exits with its code.
+
+backoffLimit 0: the operator owns retries (a new attempt is a new Job). The podFailurePolicy
+marks the non-retryable exit codes, so the Job's failure says why without reading the pod.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_operator.api.constants import LABEL_ATTEMPT
+from grpo_operator.api.exit_codes import NON_RETRYABLE_EXIT_CODES
+from grpo_operator.api.run_config import RUN_CONFIG_PATH
+from grpo_operator.api.spec import GRPORunSpec
+from grpo_operator.children.meta import (
+    RunRef,
+    child_metadata,
+    container_security_context,
+    pod_security_context,
+    run_labels,
+)
+from grpo_operator.children.volumes import (
+    RAY_AUTH_MOUNT,
+    RAY_AUTH_TOKEN_PATH,
+    RUN_CONFIG_MOUNT,
+    input_mounts,
+    input_volumes,
+    ray_auth_volume,
+    run_config_volume,
+)
+from grpo_operator.naming import ChildNames
+
+DRIVER_CONTAINER = "driver"
+# The label by which a test cluster's harness recognises the pods it must run for real.
+ROLE_LABEL = "grpo.dev/role"
+ROLE_DRIVER = "driver"
+RAY_DASHBOARD_PORT = 8265
+# Time after the trainer's own grace period for the driver to see the Ray job end.
+DRIVER_EXTRA_GRACE_SECONDS = 30
+
+
+def head_address(run: RunRef) -> str:
+    service = ChildNames(run.name).head_service
+    return f"http://{service}.{run.namespace}.svc.cluster.local:{RAY_DASHBOARD_PORT}"
+
+
+def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
+    r = spec.resources
+    names = ChildNames(run.name)
+    attempt_label = {LABEL_ATTEMPT: str(attempt)}
+    pod_labels = {**run_labels(run, "driver"), **attempt_label, ROLE_LABEL: ROLE_DRIVER}
+    amounts = {"cpu": r.driver.cpu, "memory": r.driver.memory}
+    container: dict[str, Any] = {
+        "name": DRIVER_CONTAINER,
+        "image": r.image,
+        "command": ["python", "-m", "grpo_trainer", "submit", "--config", RUN_CONFIG_PATH],
+        "env": [
+            {"name": "RAY_ADDRESS", "value": head_address(run)},
+            {"name": "RAY_AUTH_TOKEN_PATH", "value": RAY_AUTH_TOKEN_PATH},
+            {"name": "GRPO_SUBMISSION_ID", "value": names.submission_id(attempt)},
+        ],
+        "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        "volumeMounts": [RUN_CONFIG_MOUNT, RAY_AUTH_MOUNT, *input_mounts(spec)],
+        "securityContext": container_security_context(),
+    }
+    if r.image_pull_policy:
+        container["imagePullPolicy"] = str(r.image_pull_policy)
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "serviceAccountName": names.service_account,
+        # The driver relays the trainer's reports: it alone holds the run's API identity.
+        "automountServiceAccountToken": True,
+        "securityContext": pod_security_context(),
+        "terminationGracePeriodSeconds": (
+            r.termination_grace_period_seconds + DRIVER_EXTRA_GRACE_SECONDS
+        ),
+        "containers": [container],
+        "volumes": [run_config_volume(run.name), ray_auth_volume(run.name), *input_volumes(spec)],
+    }
+    if r.image_pull_secrets:
+        pod["imagePullSecrets"] = [s.to_wire() for s in r.image_pull_secrets]
+    if r.priority_class_name:
+        pod["priorityClassName"] = r.priority_class_name
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": child_metadata(run, names.driver_job(attempt), "driver", attempt_label),
+        "spec": {
+            "backoffLimit": 0,
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": DRIVER_CONTAINER,
+                            "operator": "In",
+                            "values": list(NON_RETRYABLE_EXIT_CODES),
+                        },
+                    }
+                ]
+            },
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod},
+        },
+    }

@@ -1,0 +1,79 @@
+"""Volumes and mounts of the Ray and driver pods: inputs read-only, checkpoints writable, the
+run config, and a memory-backed /dev/shm (Ray's object store, vLLM and NCCL need it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_operator.api.checkpoint_layout import CHECKPOINT_MOUNT
+from grpo_operator.api.inputs import VolumeSource
+from grpo_operator.api.run_config import DATA_MOUNT, MODEL_MOUNT, RUN_CONFIG_DIR
+from grpo_operator.api.spec import GRPORunSpec
+from grpo_operator.children.identity import RAY_AUTH_TOKEN_KEY
+from grpo_operator.naming import ChildNames
+
+RAY_AUTH_DIR = "/var/run/grpo/ray-auth"
+RAY_AUTH_TOKEN_PATH = f"{RAY_AUTH_DIR}/{RAY_AUTH_TOKEN_KEY}"
+
+
+def _source(volume: VolumeSource, read_only: bool) -> dict[str, Any]:
+    if volume.persistent_volume_claim is not None:
+        claim = {"claimName": volume.persistent_volume_claim.claim_name}
+        if read_only:
+            claim["readOnly"] = True
+        return {"persistentVolumeClaim": claim}
+    assert volume.host_path is not None
+    return {"hostPath": {"path": volume.host_path.path, "type": "Directory"}}
+
+
+def input_volumes(spec: GRPORunSpec) -> list[dict[str, Any]]:
+    return [
+        {"name": "model", **_source(spec.model.volume, read_only=True)},
+        {"name": "data", **_source(spec.dataset.volume, read_only=True)},
+    ]
+
+
+def input_mounts(spec: GRPORunSpec) -> list[dict[str, Any]]:
+    model = {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True}
+    if spec.model.path:
+        model["subPath"] = spec.model.path
+    return [model, {"name": "data", "mountPath": DATA_MOUNT, "readOnly": True}]
+
+
+def run_config_volume(run_name: str) -> dict[str, Any]:
+    return {"name": "run-config", "configMap": {"name": ChildNames(run_name).run_config_map}}
+
+
+RUN_CONFIG_MOUNT = {"name": "run-config", "mountPath": RUN_CONFIG_DIR, "readOnly": True}
+
+
+def ray_pod_volumes(spec: GRPORunSpec, run_name: str) -> list[dict[str, Any]]:
+    return [
+        *input_volumes(spec),
+        {"name": "checkpoints", **_source(spec.checkpoint.volume, read_only=False)},
+        run_config_volume(run_name),
+        # Counts against the container's memory limit.
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+    ]
+
+
+def ray_pod_mounts(spec: GRPORunSpec) -> list[dict[str, Any]]:
+    checkpoints = {"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT}
+    if spec.checkpoint.path:
+        checkpoints["subPath"] = spec.checkpoint.path
+    return [
+        *input_mounts(spec),
+        checkpoints,
+        RUN_CONFIG_MOUNT,
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+
+
+def ray_auth_volume(run_name: str) -> dict[str, Any]:
+    return {
+        "name": "ray-auth",
+        "secret": {"secretName": ChildNames(run_name).auth_secret, "defaultMode": 0o440},
+    }
+
+
+RAY_AUTH_MOUNT = {"name": "ray-auth", "mountPath": RAY_AUTH_DIR, "readOnly": True}

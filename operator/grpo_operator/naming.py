@@ -1,0 +1,60 @@
+"""Names of a run's children, derived from the run (and the attempt, for the driver Job), so a
+retried reconcile — or a restarted operator — finds what it already made instead of making it
+again. Suffixes stay within ``MAX_CHILD_SUFFIX_LENGTH`` (see ``constants.NAME_BUDGET``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grpo_operator.api.constants import MAX_CHILD_SUFFIX_LENGTH
+
+
+@dataclass(frozen=True)
+class ChildNames:
+    run: str
+
+    @property
+    def ray_cluster(self) -> str:
+        return self.run
+
+    @property
+    def head_service(self) -> str:
+        """KubeRay's name for the head Service of the RayCluster."""
+        return f"{self.run}-head-svc"
+
+    @property
+    def service_account(self) -> str:
+        return f"{self.run}-trainer"
+
+    @property
+    def role(self) -> str:
+        return f"{self.run}-trainer"
+
+    @property
+    def role_binding(self) -> str:
+        return f"{self.run}-trainer"
+
+    @property
+    def report_config_map(self) -> str:
+        return f"{self.run}-report"
+
+    @property
+    def run_config_map(self) -> str:
+        return f"{self.run}-run-config"
+
+    @property
+    def auth_secret(self) -> str:
+        return f"{self.run}-ray-auth"
+
+    def driver_job(self, attempt: int) -> str:
+        return f"{self.run}-a{attempt}"
+
+    def submission_id(self, attempt: int) -> str:
+        """The Ray Jobs API submission id of an attempt (a resubmission is refused)."""
+        return self.driver_job(attempt)
+
+
+assert all(
+    len(s) <= MAX_CHILD_SUFFIX_LENGTH
+    for s in ("-trainer", "-report", "-run-config", "-ray-auth", "-head-svc")
+)
