@@ -18,7 +18,7 @@ pytestmark = pytest.mark.cluster
 
 # The label the operator puts on driver pods is the one the harness runs for real.
 DRIVER_LABELS = {ROLE_LABEL: ROLE_DRIVER}
-assert DRIVER_SELECTOR == f"{ROLE_LABEL}={ROLE_DRIVER}"
+assert f"{ROLE_LABEL}={ROLE_DRIVER}" == DRIVER_SELECTOR
 
 
 def driver_job(name: str, code: int) -> client.V1Job:
