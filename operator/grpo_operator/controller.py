@@ -1,0 +1,192 @@
+"""The reconcile loop: take a run from the work queue, observe it and its children by name,
+decide (``reconcile.decide``, pure), record the status, then act."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import secrets
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from grpo_operator.acceptance import claims
+from grpo_operator.api.constants import ConditionType, Outcome, Phase
+from grpo_operator.api.report import REPORT_KEY, describe_validation_error
+from grpo_operator.api.run_config import ResumeMode, RunConfig
+from grpo_operator.api.spec import GRPORunSpec
+from grpo_operator.api.status import GRPORunStatus, Terminal
+from grpo_operator.children import configmaps, identity
+from grpo_operator.children.driver_job import driver_job
+from grpo_operator.children.meta import RunRef
+from grpo_operator.children.raycluster import ray_cluster
+from grpo_operator.conditions import set_condition
+from grpo_operator.kube import Kube
+from grpo_operator.naming import ChildNames
+from grpo_operator.reconcile import Action, Decision, Event, Observed, decide
+from grpo_operator.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+ERROR_REQUEUE_SECONDS = 5.0
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+
+
+class Controller:
+    def __init__(self, kube: Kube, *, workers: int = 2,
+                 new_token: Callable[[], str] = lambda: secrets.token_urlsafe(32)):
+        self.kube = kube
+        self.queue = WorkQueue()
+        self.new_token = new_token
+        self._threads = [
+            threading.Thread(target=self._work, name=f"reconcile-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        # Rejected report texts per run, so a bad report is announced once, not every pass.
+        self._announced: dict[Key, set[str]] = {}
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self.queue.close()
+        for t in self._threads:
+            t.join(10)
+
+    def enqueue(self, namespace: str, name: str) -> None:
+        self.queue.add((namespace, name))
+
+    def forget(self, namespace: str, name: str) -> None:
+        self.queue.forget((namespace, name))
+        self._announced.pop((namespace, name), None)
+
+    def _work(self) -> None:
+        while True:
+            key = self.queue.get()
+            if key is None:
+                return
+            try:
+                again = self.reconcile(*key)
+            except Exception:  # noqa: BLE001 - one run's failure must not stop the loop
+                log.exception("reconcile of %s/%s failed", *key)
+                again = ERROR_REQUEUE_SECONDS
+            finally:
+                self.queue.done(key)
+            if again is not None:
+                self.queue.add(key, again)
+
+    # -- one pass --------------------------------------------------------------------------
+
+    def reconcile(self, namespace: str, name: str) -> float | None:
+        body = self.kube.get_run(namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            # Children go with the run through their ownerReferences.
+            self.forget(namespace, name)
+            return None
+        meta = body["metadata"]
+        run = RunRef(name, namespace, meta["uid"])
+        old_wire = body.get("status") or {}
+        try:
+            status = GRPORunStatus.model_validate(old_wire)
+        except ValidationError as e:
+            log.error("status of %s/%s unreadable, starting over: %s", namespace, name, e)
+            status = GRPORunStatus()
+        try:
+            spec = GRPORunSpec.model_validate(body["spec"])
+        except ValidationError as e:
+            return self._invalid_spec(run, meta.get("generation", 0), status, old_wire,
+                                      describe_validation_error(e))
+        observed = self._observe(run, meta.get("generation", 0), spec, status)
+        decision = decide(observed)
+        self._record(run, decision, old_wire)
+        self._act(run, spec, decision)
+        return decision.requeue_after
+
+    def _observe(self, run: RunRef, generation: int, spec: GRPORunSpec,
+                 status: GRPORunStatus) -> Observed:
+        names = ChildNames(run.name)
+        k = self.kube
+        pvcs: dict[str, Any] = {}
+        if status.phase in (None, Phase.PENDING):
+            pvcs = {claim: k.get("v1", "PersistentVolumeClaim", run.namespace, claim)
+                    for claim in claims(spec)}
+        rc = job = report = None
+        pods: list[dict[str, Any]] = []
+        if status.children.ray_cluster:
+            rc = k.get("ray.io/v1", "RayCluster", run.namespace, names.ray_cluster)
+        if status.phase == Phase.RUNNING and status.children.driver_job:
+            job = k.get("batch/v1", "Job", run.namespace, status.children.driver_job)
+            if job is not None and _job_failed(job):
+                pods = k.list_pods(run.namespace, f"job-name={status.children.driver_job}")
+            cm = k.get("v1", "ConfigMap", run.namespace, names.report_config_map)
+            report = ((cm or {}).get("data") or {}).get(REPORT_KEY)
+        return Observed(name=run.name, generation=generation, spec=spec, status=status,
+                        now=_now(), pvcs=pvcs, ray_cluster=rc, driver_job=job,
+                        driver_pods=pods, report_data=report)
+
+    def _record(self, run: RunRef, decision: Decision, old_wire: dict[str, Any]) -> None:
+        new_wire = decision.status.to_wire()
+        if new_wire != old_wire:
+            self.kube.patch_status(run.namespace, run.name, new_wire)
+        announced = self._announced.setdefault((run.namespace, run.name), set())
+        for event in decision.events:
+            if event.reason == "ReportRejected":
+                if event.message in announced:
+                    continue
+                announced.add(event.message)
+            self.kube.event(run, event.type, event.reason, event.message)
+
+    def _act(self, run: RunRef, spec: GRPORunSpec, decision: Decision) -> None:
+        k, status = self.kube, decision.status
+        attempt = status.recovery.attempt
+        for action in decision.actions:
+            if action == Action.ENSURE_RUN_CHILDREN:
+                config = RunConfig.build(
+                    spec=spec, name=run.name, namespace=run.namespace, uid=run.uid,
+                    attempt=attempt, resume=ResumeMode.NONE if attempt == 1 else ResumeMode.LATEST,
+                    report_config_map=ChildNames(run.name).report_config_map,
+                )
+                for obj in (
+                    identity.service_account(run), identity.role(run),
+                    identity.role_binding(run), identity.auth_secret(run, self.new_token()),
+                    configmaps.report_config_map(run), configmaps.run_config_map(run, config),
+                    ray_cluster(spec, run),
+                ):
+                    k.create_if_absent(obj)
+            elif action == Action.ENSURE_DRIVER_JOB:
+                k.create_if_absent(driver_job(spec, run, attempt))
+            elif action == Action.DELETE_RAY_CLUSTER:
+                k.delete("ray.io/v1", "RayCluster", run.namespace, ChildNames(run.name).ray_cluster)
+
+    def _invalid_spec(self, run: RunRef, generation: int, status: GRPORunStatus,
+                      old_wire: dict[str, Any], message: str) -> None:
+        """A spec the models refuse (the CRD let it through: an older CRD, or a rule only the
+        models check). Nothing is created; a running run is left to finish as it was."""
+        if status.phase not in (None, Phase.PENDING):
+            return None
+        now = _now()
+        for type_ in (ConditionType.ACCEPTED, ConditionType.FAILED):
+            status.conditions = set_condition(
+                status.conditions, type_, type_ == ConditionType.FAILED, "InvalidSpec", message,
+                generation=generation, now=now,
+            )
+        status.phase = Phase.FAILED
+        status.observed_generation = generation
+        status.terminal = Terminal(outcome=Outcome.FAILED, reason="InvalidSpec", message=message,
+                                   finished_time=now)
+        status.completion_time = now
+        decision = Decision(status=status, events=[Event("Warning", "InvalidSpec", message)])
+        self._record(run, decision, old_wire)
+        return None
+
+
+def _job_failed(job: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Failed" and c.get("status") == "True"
+               for c in (job.get("status") or {}).get("conditions") or [])

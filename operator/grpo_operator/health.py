@@ -1,0 +1,64 @@
+"""Reading the children's state: the RayCluster's health and the driver Job's end. Pure.
+
+KubeRay's ``status.state: ready`` is sticky (it never goes back once reached) and cannot tell
+a lost cluster, so health comes from the HeadPodReady condition and the ready worker count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class ClusterHealth(StrEnum):
+    ABSENT = "Absent"
+    PROVISIONING = "Provisioning"
+    HEALTHY = "Healthy"
+    DELETING = "Deleting"
+
+
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return c
+    return None
+
+
+def cluster_health(ray_cluster: dict[str, Any] | None, workers: int) -> ClusterHealth:
+    if ray_cluster is None:
+        return ClusterHealth.ABSENT
+    if ray_cluster["metadata"].get("deletionTimestamp"):
+        return ClusterHealth.DELETING
+    head = _condition(ray_cluster, "HeadPodReady")
+    ready_workers = (ray_cluster.get("status") or {}).get("readyWorkerReplicas") or 0
+    if head and head.get("status") == "True" and ready_workers >= workers:
+        return ClusterHealth.HEALTHY
+    return ClusterHealth.PROVISIONING
+
+
+@dataclass(frozen=True)
+class DriverEnd:
+    """How a driver Job ended. ``exit_code`` is None when the pod vanished without one."""
+
+    succeeded: bool
+    exit_code: int | None
+    message: str
+
+
+def driver_end(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> DriverEnd | None:
+    """None while the Job runs. A missing Job counts as a vanished driver."""
+    if job is None:
+        return DriverEnd(False, None, "the driver Job is gone")
+    complete = _condition(job, "Complete")
+    failed = _condition(job, "Failed")
+    if complete and complete.get("status") == "True":
+        return DriverEnd(True, 0, "the driver finished")
+    if not (failed and failed.get("status") == "True"):
+        return None
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            terminated = (cs.get("state") or {}).get("terminated")
+            if terminated:
+                return DriverEnd(False, terminated.get("exitCode"), failed.get("message", ""))
+    return DriverEnd(False, None, failed.get("message") or "the driver pod vanished")

@@ -1,0 +1,103 @@
+"""The one module that talks to the Kubernetes API for the operator."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import logging
+from typing import Any
+
+from kubernetes import client, dynamic
+from kubernetes.client.rest import ApiException
+
+from grpo_operator.api.constants import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from grpo_operator.children.meta import RunRef
+
+log = logging.getLogger(__name__)
+
+
+def _absent(e: ApiException) -> bool:
+    return e.status == 404
+
+
+class Kube:
+    """Reads by name, idempotent creates, Background deletes, status patches and Events."""
+
+    def __init__(self, api: client.ApiClient):
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.dynamic = dynamic.DynamicClient(api)
+        self.requests = 0  # API requests made, for the cost-per-run measurement
+
+    def _count(self) -> None:
+        self.requests += 1
+
+    def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self._count()
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                            name)
+        except ApiException as e:
+            if _absent(e):
+                return None
+            raise
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict | None:
+        self._count()
+        resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        try:
+            return resource.get(name=name, namespace=namespace).to_dict()
+        except dynamic.exceptions.NotFoundError:
+            return None
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        self._count()
+        pods = self.core.list_namespaced_pod(namespace, label_selector=selector)
+        return [self.api.sanitize_for_serialization(p) for p in pods.items]
+
+    def create_if_absent(self, obj: dict[str, Any]) -> bool:
+        """Create ``obj``; an existing object of that name is left as it is (returns False)."""
+        self._count()
+        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        try:
+            resource.create(body=obj, namespace=obj["metadata"]["namespace"])
+            return True
+        except dynamic.exceptions.ConflictError:
+            return False
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        """Delete with Background propagation (a Job's pods go too); absent is fine."""
+        self._count()
+        resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        with contextlib.suppress(dynamic.exceptions.NotFoundError):
+            resource.delete(name=name, namespace=namespace,
+                            body={"propagationPolicy": "Background"})
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self._count()
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, {"status": status}
+        )
+
+    def event(self, run: RunRef, type_: str, reason: str, message: str) -> None:
+        self._count()
+        now = datetime.datetime.now(datetime.UTC)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{run.name}.", namespace=run.namespace),
+            involved_object=client.V1ObjectReference(
+                api_version=API_VERSION, kind=KIND, name=run.name, namespace=run.namespace,
+                uid=run.uid,
+            ),
+            type=type_, reason=reason, message=message[:1024],
+            first_timestamp=now, last_timestamp=now, count=1,
+            source=client.V1EventSource(component="grpo-operator"),
+            reporting_component="grpo.dev/operator", reporting_instance="grpo-operator",
+        )
+        try:
+            self.core.create_namespaced_event(run.namespace, body)
+        except ApiException as e:  # events are best effort
+            log.warning("event %s/%s not recorded: %s", reason, run.name,
+                        json.loads(e.body or "{}").get("message", e.reason))

@@ -1,0 +1,60 @@
+"""The kopf app: thin handlers that feed the controller's work queue.
+
+kopf's persistence is pinned (its defaults changed across releases). No handler here needs a
+finalizer — kopf adds one only for creation/update/deletion handlers, daemons and timers — so
+deleting a GRPORun never waits for the operator.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+
+from grpo_operator.api.constants import FINALIZER, GROUP, KOPF_ANNOTATIONS_PREFIX, PLURAL, VERSION
+from grpo_operator.controller import Controller
+from grpo_operator.kube import Kube
+
+
+@kopf.on.startup()
+def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=KOPF_ANNOTATIONS_PREFIX
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=KOPF_ANNOTATIONS_PREFIX, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = FINALIZER
+    # The controller writes its own Events; kopf's would repeat handler logs as Events.
+    settings.posting.enabled = False
+    settings.watching.server_timeout = 300
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    memo.controller = Controller(Kube(client.ApiClient()),
+                                 workers=int(os.environ.get("GRPO_WORKERS", "2")))
+    memo.controller.start()
+    logging.getLogger("grpo_operator").setLevel(logging.INFO)
+
+
+@kopf.on.cleanup()
+def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    memo.controller.stop()
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def on_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo,
+             **_: Any) -> None:
+    if event["type"] == "DELETED":
+        memo.controller.forget(namespace, name)
+    else:
+        memo.controller.enqueue(namespace, name)
+
+
+@kopf.on.probe(id="queuedRuns")
+def queued_runs(memo: kopf.Memo, **_: Any) -> int:
+    return len(memo.controller.queue)

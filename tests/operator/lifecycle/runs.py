@@ -1,0 +1,91 @@
+"""Small GRPORun manifests for the operator's cluster tests, and ways to look at a run."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from kubernetes import client
+
+from grpo_operator.api.constants import GROUP, PLURAL, VERSION
+
+GPU_POOL = {
+    "nodeSelector": {"grpo.dev/node-pool": "gpu"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+}
+
+
+def manifest(name: str, data_dir: str, **spec_overrides: Any) -> dict[str, Any]:
+    """A run on hostPath volumes under ``data_dir`` with one 1-GPU worker on the GPU pool."""
+    spec: dict[str, Any] = {
+        "model": {"volume": {"hostPath": {"path": f"{data_dir}/model"}}},
+        "dataset": {"volume": {"hostPath": {"path": f"{data_dir}/data"}},
+                    "trainFile": "train.parquet"},
+        "reward": {"name": "gsm8k"},
+        "algorithm": {"maxSteps": 2, "groupSize": 2, "promptsPerStep": 2,
+                      "maxPromptTokens": 32, "maxResponseTokens": 8},
+        "resources": {"image": "grpo-trainer:dev", "workers": 1, "gpusPerWorker": 1,
+                      "worker": {"cpu": "1", "memory": "1Gi"},
+                      "head": {"cpu": "1", "memory": "1Gi"}, **GPU_POOL},
+        "checkpoint": {"volume": {"hostPath": {"path": f"{data_dir}/checkpoints"}}},
+    }
+    for path, value in spec_overrides.items():
+        target = spec
+        keys = path.split("__")
+        for key in keys[:-1]:
+            target = target.setdefault(key, {})
+        target[keys[-1]] = copy.deepcopy(value)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GRPORun",
+            "metadata": {"name": name}, "spec": spec}
+
+
+class Runs:
+    def __init__(self, api: client.ApiClient, namespace: str):
+        self.api = api
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace,
+                                                           PLURAL, body)
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace,
+                                                        PLURAL, name)
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.get(name).get("status") or {}
+
+    def condition(self, name: str, kind: str) -> dict[str, Any] | None:
+        return next((c for c in self.status(name).get("conditions") or []
+                     if c["type"] == kind), None)
+
+    def phase(self, name: str) -> str | None:
+        return self.status(name).get("phase")
+
+    def children(self, name: str) -> dict[str, list[str]]:
+        """Every object labelled as this run's child, by kind (empty lists dropped)."""
+        selector = f"grpo.dev/run={name}"
+        ns, core = self.namespace, self.core
+        found = {
+            "ServiceAccount": core.list_namespaced_service_account(ns, label_selector=selector),
+            "ConfigMap": self.core.list_namespaced_config_map(ns, label_selector=selector),
+            "Secret": self.core.list_namespaced_secret(ns, label_selector=selector),
+            "Job": client.BatchV1Api(self.api).list_namespaced_job(ns, label_selector=selector),
+            "Role": client.RbacAuthorizationV1Api(self.api).list_namespaced_role(
+                ns, label_selector=selector),
+        }
+        result = {kind: [o.metadata.name for o in lst.items] for kind, lst in found.items()}
+        rcs = self.custom.list_namespaced_custom_object("ray.io", "v1", ns, "rayclusters",
+                                                        label_selector=selector)
+        result["RayCluster"] = [o["metadata"]["name"] for o in rcs["items"]]
+        return {kind: names for kind, names in result.items() if names}
+
+    def events(self, name: str) -> list[tuple[str, str, str]]:
+        evs = self.core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={name}")
+        return [(e.type, e.reason, e.message) for e in evs.items]

@@ -1,0 +1,75 @@
+"""Acceptance refuses what cannot work, before anything is created or spent."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from tests.operator.lifecycle.runs import manifest
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+def _refused(runs, name: str, reason: str) -> dict:
+    wait_for(lambda: runs.phase(name) == "Failed", 30, what=f"{name} to be refused")
+    accepted = runs.condition(name, "Accepted")
+    assert accepted["status"] == "False"
+    assert accepted["reason"] == reason
+    assert runs.children(name) == {}
+    assert ("Warning", reason, accepted["message"]) in runs.events(name)
+    status = runs.status(name)
+    assert status["terminal"]["outcome"] == "Failed"
+    assert "cleanup" not in status["terminal"]
+    return accepted
+
+
+def test_a_plan_over_the_token_budget_is_refused(runs, tmp_path):
+    body = manifest("over-budget", str(tmp_path),
+                    budget={"maxGeneratedTokens": 50, "stopAtLimit": False})
+    runs.create(body)
+    accepted = _refused(runs, "over-budget", "BudgetTooSmall")
+    # 2 steps x 2 prompts x 2 completions x 8 tokens = 64 > 50
+    assert "maxGeneratedTokens (50)" in accepted["message"]
+    assert "= 64" in accepted["message"]
+
+
+def test_stop_at_limit_needs_only_one_step_to_fit(runs, tmp_path):
+    runs.create(manifest("one-step-fits", str(tmp_path),
+                         budget={"maxGeneratedTokens": 50, "stopAtLimit": True}))
+    wait_for(lambda: runs.condition("one-step-fits", "Accepted"), 30, what="acceptance")
+    assert runs.condition("one-step-fits", "Accepted")["status"] == "True"
+    runs.create(manifest("no-step-fits", str(tmp_path),
+                         budget={"maxGeneratedTokens": 31, "stopAtLimit": True}))
+    accepted = _refused(runs, "no-step-fits", "BudgetTooSmall")
+    assert "one step's worst case" in accepted["message"]
+
+
+def _pvc(runs, name: str, modes: list[str]) -> None:
+    claim = client.V1PersistentVolumeClaim(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PersistentVolumeClaimSpec(
+            access_modes=modes, storage_class_name="",
+            resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"})),
+    )
+    runs.core.create_namespaced_persistent_volume_claim(runs.namespace, claim)
+
+
+def test_a_missing_claim_is_refused(runs, tmp_path):
+    runs.create(manifest("no-claim", str(tmp_path),
+                         model={"volume": {"persistentVolumeClaim": {"claimName": "models"}}}))
+    accepted = _refused(runs, "no-claim", "VolumeNotFound")
+    assert "PersistentVolumeClaim models (model) does not exist" in accepted["message"]
+
+
+def test_a_single_node_claim_for_shared_inputs_or_checkpoints_is_refused(runs, tmp_path):
+    _pvc(runs, "models-rwo", ["ReadWriteOnce"])
+    _pvc(runs, "ckpt-rox", ["ReadOnlyMany"])
+    runs.create(manifest("rwo-model", str(tmp_path),
+                         model={"volume": {"persistentVolumeClaim": {"claimName": "models-rwo"}}}))
+    accepted = _refused(runs, "rwo-model", "VolumeAccessMode")
+    assert "ReadOnlyMany or ReadWriteMany" in accepted["message"]
+    runs.create(manifest("rox-ckpt", str(tmp_path), checkpoint={
+        "volume": {"persistentVolumeClaim": {"claimName": "ckpt-rox"}}}))
+    accepted = _refused(runs, "rox-ckpt", "VolumeAccessMode")
+    assert "needs ReadWriteMany" in accepted["message"]

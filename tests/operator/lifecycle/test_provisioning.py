@@ -1,0 +1,81 @@
+"""An accepted run gets its children and its RayCluster; deleting it takes them all."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from grpo_operator.api.constants import GROUP, PLURAL, VERSION
+from tests.operator.lifecycle.runs import manifest
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+EXPECTED_CHILDREN = {
+    "ServiceAccount": ["stuck-trainer"],
+    "ConfigMap": ["stuck-report", "stuck-run-config"],
+    "Secret": ["stuck-ray-auth"],
+    "Role": ["stuck-trainer"],
+    "RayCluster": ["stuck"],
+}
+
+
+def _stuck_run(runs, tmp_path, name="stuck"):
+    """A run whose workers fit no node (16 GPUs each): it stays Provisioning."""
+    runs.create(manifest(name, str(tmp_path), resources__gpusPerWorker=16))
+    wait_for(lambda: runs.phase(name) == "Provisioning", 30, what="Provisioning")
+
+
+def test_provisioning_creates_the_run_children_and_waits_for_the_cluster(runs, tmp_path):
+    _stuck_run(runs, tmp_path)
+    assert wait_for(lambda: runs.children("stuck") == EXPECTED_CHILDREN and runs.children("stuck"),
+                    30, what="the children")
+    status = runs.status("stuck")
+    assert runs.condition("stuck", "Accepted")["status"] == "True"
+    assert runs.condition("stuck", "ClusterReady")["status"] == "False"
+    assert status["recovery"]["attempt"] == 1
+    assert status["children"]["rayCluster"] == "stuck"
+    assert status["ledger"]["plannedSteps"] == 2
+    # No driver before the cluster is healthy.
+    assert "Job" not in runs.children("stuck")
+
+
+def test_deleting_a_provisioning_run_takes_its_children(runs, tmp_path):
+    _stuck_run(runs, tmp_path)
+    wait_for(lambda: "RayCluster" in runs.children("stuck"), 30, what="the RayCluster")
+    runs.delete("stuck")
+    wait_for(lambda: runs.children("stuck") == {}, 60, what="garbage collection")
+    with pytest.raises(ApiException) as gone:
+        runs.get("stuck")
+    assert gone.value.status == 404
+
+
+def test_the_run_identity_reaches_only_its_report(cluster, runs, tmp_path):
+    _stuck_run(runs, tmp_path, "mine")
+    _stuck_run(runs, tmp_path, "theirs")
+    wait_for(lambda: "ConfigMap" in runs.children("theirs"), 30, what="children")
+    token = runs.core.create_namespaced_service_account_token(
+        "mine-trainer", runs.namespace,
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
+    ).status.token
+    path = cluster.write_kubeconfig(cluster.root / f"{runs.namespace}-mine.kubeconfig",
+                                    user="mine-trainer", token=token)
+    as_run = config.new_client_from_config(config_file=str(path))
+    core = client.CoreV1Api(as_run)
+    patched = core.patch_namespaced_config_map("mine-report", runs.namespace,
+                                               {"data": {"report.json": "{}"}})
+    assert patched.data == {"report.json": "{}"}
+
+    def denied(call, *args) -> int:
+        with pytest.raises(ApiException) as refused:
+            call(*args)
+        return refused.value.status
+
+    assert denied(core.read_namespaced_config_map, "theirs-report", runs.namespace) == 403
+    assert denied(core.patch_namespaced_config_map, "mine-run-config", runs.namespace,
+                  {"data": {}}) == 403
+    assert denied(core.list_namespaced_secret, runs.namespace) == 403
+    assert denied(client.CustomObjectsApi(as_run).get_namespaced_custom_object,
+                  GROUP, VERSION, runs.namespace, PLURAL, "mine") == 403
+    as_run.close()
