@@ -245,9 +245,9 @@ class RayHead:
                 break
             if time.monotonic() > deadline:
                 table = _process_table()
+                described = (f"{pid} {table[pid].cmdline[:120]}" for pid in alive if pid in table)
                 raise LeftoverProcessesError(
-                    "processes of the Ray head survived stop(): "
-                    + "; ".join(f"{pid} {table[pid].cmdline[:120]}" for pid in alive if pid in table)
+                    "processes of the Ray head survived stop(): " + "; ".join(described)
                 )
             for pid in alive:
                 with contextlib.suppress(ProcessLookupError, PermissionError):

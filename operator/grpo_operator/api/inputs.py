@@ -25,9 +25,9 @@ class PersistentVolumeClaimSource(ApiModel):
     """A PersistentVolumeClaim in the run's namespace."""
 
     claim_name: DNSSubdomain
-    """Name of the PersistentVolumeClaim. Inputs read from several nodes need the ReadOnlyMany or
-    ReadWriteMany access mode; a checkpoint volume needs ReadWriteMany when there is more than one
-    worker (checked when the run is accepted)."""
+    """Name of the PersistentVolumeClaim. The head, the workers and the driver may run on
+    different nodes: the model and dataset claims need the ReadOnlyMany or ReadWriteMany access
+    mode, the checkpoint claim ReadWriteMany (checked when the run is accepted)."""
 
 
 class HostPathSource(ApiModel):
