@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_operator.api.constants import MAX_CHILD_SUFFIX_LENGTH
+from grpo_operator.api.ray_job import submission_id
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,8 @@ class ChildNames:
         return f"{self.run}-ray-auth"
 
     def driver_job(self, attempt: int) -> str:
-        return f"{self.run}-a{attempt}"
-
-    def submission_id(self, attempt: int) -> str:
-        """The Ray Jobs API submission id of an attempt (a resubmission is refused)."""
-        return self.driver_job(attempt)
+        """Named like the attempt's Ray submission id, so one name follows an attempt."""
+        return submission_id(self.run, attempt)
 
 
 assert all(

@@ -382,7 +382,7 @@ def test_exit_code_decision(status, ray_code, announced, expected):
 
 
 def test_stop_settings_nest():
-    wait = settings.RECOMMENDED_JOB_STOP_WAIT_S
+    wait = 120  # the default of resources.terminationGracePeriodSeconds
     assert settings.job_stop_wait_env(wait) == {"RAY_JOB_STOP_WAIT_TIME_S": str(wait)}
     driver_stop = settings.default_stop_timeout_s(settings.job_stop_wait_env(wait))
     assert wait < driver_stop < settings.driver_termination_grace_s(wait)

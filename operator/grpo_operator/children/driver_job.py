@@ -11,6 +11,14 @@ from typing import Any
 
 from grpo_operator.api.constants import LABEL_ATTEMPT
 from grpo_operator.api.exit_codes import NON_RETRYABLE_EXIT_CODES
+from grpo_operator.api.ray_job import (
+    ADDRESS_ENV,
+    DASHBOARD_PORT,
+    DRIVER_TOKEN_PATH,
+    TOKEN_PATH_ENV,
+    driver_termination_grace_s,
+    job_stop_wait_env,
+)
 from grpo_operator.api.run_config import RUN_CONFIG_PATH
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.children.meta import (
@@ -22,7 +30,6 @@ from grpo_operator.children.meta import (
 )
 from grpo_operator.children.volumes import (
     RAY_AUTH_MOUNT,
-    RAY_AUTH_TOKEN_PATH,
     RUN_CONFIG_MOUNT,
     input_mounts,
     input_volumes,
@@ -35,14 +42,11 @@ DRIVER_CONTAINER = "driver"
 # The label by which a test cluster's harness recognises the pods it must run for real.
 ROLE_LABEL = "grpo.dev/role"
 ROLE_DRIVER = "driver"
-RAY_DASHBOARD_PORT = 8265
-# Time after the trainer's own grace period for the driver to see the Ray job end.
-DRIVER_EXTRA_GRACE_SECONDS = 30
 
 
 def head_address(run: RunRef) -> str:
     service = ChildNames(run.name).head_service
-    return f"http://{service}.{run.namespace}.svc.cluster.local:{RAY_DASHBOARD_PORT}"
+    return f"http://{service}.{run.namespace}.svc.cluster.local:{DASHBOARD_PORT}"
 
 
 def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
@@ -51,14 +55,15 @@ def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
     attempt_label = {LABEL_ATTEMPT: str(attempt)}
     pod_labels = {**run_labels(run, "driver"), **attempt_label, ROLE_LABEL: ROLE_DRIVER}
     amounts = {"cpu": r.driver.cpu, "memory": r.driver.memory}
+    stop_wait = job_stop_wait_env(r.termination_grace_period_seconds)
     container: dict[str, Any] = {
         "name": DRIVER_CONTAINER,
         "image": r.image,
         "command": ["python", "-m", "grpo_trainer", "submit", "--config", RUN_CONFIG_PATH],
         "env": [
-            {"name": "RAY_ADDRESS", "value": head_address(run)},
-            {"name": "RAY_AUTH_TOKEN_PATH", "value": RAY_AUTH_TOKEN_PATH},
-            {"name": "GRPO_SUBMISSION_ID", "value": names.submission_id(attempt)},
+            {"name": ADDRESS_ENV, "value": head_address(run)},
+            {"name": TOKEN_PATH_ENV, "value": DRIVER_TOKEN_PATH},
+            *({"name": k, "value": v} for k, v in stop_wait.items()),
         ],
         "resources": {"requests": dict(amounts), "limits": dict(amounts)},
         "volumeMounts": [RUN_CONFIG_MOUNT, RAY_AUTH_MOUNT, *input_mounts(spec)],
@@ -72,8 +77,8 @@ def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
         # The driver relays the trainer's reports: it alone holds the run's API identity.
         "automountServiceAccountToken": True,
         "securityContext": pod_security_context(),
-        "terminationGracePeriodSeconds": (
-            r.termination_grace_period_seconds + DRIVER_EXTRA_GRACE_SECONDS
+        "terminationGracePeriodSeconds": driver_termination_grace_s(
+            r.termination_grace_period_seconds
         ),
         "containers": [container],
         "volumes": [run_config_volume(run.name), ray_auth_volume(run.name), *input_volumes(spec)],

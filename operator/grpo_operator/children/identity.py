@@ -6,11 +6,9 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from grpo_operator.api.ray_job import TOKEN_SECRET_KEY
 from grpo_operator.children.meta import RunRef, child_metadata
 from grpo_operator.naming import ChildNames
-
-# KubeRay reads the token from this key of authOptions.secretName.
-RAY_AUTH_TOKEN_KEY = "auth_token"
 
 
 def service_account(run: RunRef) -> dict[str, Any]:
@@ -65,5 +63,5 @@ def auth_secret(run: RunRef, token: str) -> dict[str, Any]:
         "kind": "Secret",
         "metadata": child_metadata(run, ChildNames(run.name).auth_secret, "ray-auth"),
         "type": "Opaque",
-        "data": {RAY_AUTH_TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+        "data": {TOKEN_SECRET_KEY: base64.b64encode(token.encode()).decode()},
     }

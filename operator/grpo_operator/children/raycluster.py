@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_operator.api.constants import KUEUE_QUEUE_LABEL
+from grpo_operator.api.ray_job import job_stop_wait_env
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.children.meta import (
     RunRef,
@@ -26,16 +27,12 @@ CPU_WORKER_GROUP = "cpu"
 
 
 def _env(spec: GRPORunSpec) -> list[dict[str, Any]]:
-    env = [e.to_wire() for e in spec.resources.env]
     # Ray's `ray job stop` waits this long after SIGTERM before SIGKILL (3 s by default):
     # the trainer needs the pods' grace period to write its checkpoint.
-    env.append(
-        {
-            "name": "RAY_JOB_STOP_WAIT_TIME_S",
-            "value": str(spec.resources.termination_grace_period_seconds),
-        }
-    )
-    return env
+    stop_wait = job_stop_wait_env(spec.resources.termination_grace_period_seconds)
+    return [e.to_wire() for e in spec.resources.env] + [
+        {"name": k, "value": v} for k, v in stop_wait.items()
+    ]
 
 
 def _resources(cpu: str, memory: str, extra: dict[str, str] | None = None) -> dict[str, Any]:

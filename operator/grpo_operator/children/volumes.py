@@ -7,13 +7,10 @@ from typing import Any
 
 from grpo_operator.api.checkpoint_layout import CHECKPOINT_MOUNT
 from grpo_operator.api.inputs import VolumeSource
+from grpo_operator.api.ray_job import DRIVER_TOKEN_DIR
 from grpo_operator.api.run_config import DATA_MOUNT, MODEL_MOUNT, RUN_CONFIG_DIR
 from grpo_operator.api.spec import GRPORunSpec
-from grpo_operator.children.identity import RAY_AUTH_TOKEN_KEY
 from grpo_operator.naming import ChildNames
-
-RAY_AUTH_DIR = "/var/run/grpo/ray-auth"
-RAY_AUTH_TOKEN_PATH = f"{RAY_AUTH_DIR}/{RAY_AUTH_TOKEN_KEY}"
 
 
 def _source(volume: VolumeSource, read_only: bool) -> dict[str, Any]:
@@ -76,4 +73,4 @@ def ray_auth_volume(run_name: str) -> dict[str, Any]:
     }
 
 
-RAY_AUTH_MOUNT = {"name": "ray-auth", "mountPath": RAY_AUTH_DIR, "readOnly": True}
+RAY_AUTH_MOUNT = {"name": "ray-auth", "mountPath": DRIVER_TOKEN_DIR, "readOnly": True}
