@@ -22,10 +22,11 @@ from pathlib import Path
 
 import yaml
 
-from . import components, kubeconfig, nodes, pki
+from . import components, kubeconfig, mountns, nodes, pki
 from .binaries import Toolset, ensure_built
-from .driver_runner import DriverRunner
+from .driver_runner import ApiObjects, DriverRunner
 from .processes import Supervisor
+from .ray_clusters import LocalRayHeads
 
 
 @dataclass
@@ -38,6 +39,7 @@ class LocalCluster:
     kubeconfig: Path = field(default=Path())
     owns_root: bool = True
     driver_runner: DriverRunner | None = None
+    ray_heads: LocalRayHeads | None = None
     _admin: object = None
     # Seconds each start-up phase took, for the README's numbers and `localcluster up`.
     timings: dict[str, float] = field(default_factory=dict)
@@ -84,11 +86,17 @@ class LocalCluster:
             )
             components.start_kuberay(ctx, self.server)
         self._admin = self.api_client()
+        self.mountpoints = mountns.Mountpoints()
+        self.ray_heads = LocalRayHeads(
+            self._admin, self.root, ApiObjects(self._admin), self.mountpoints
+        )
         self.driver_runner = DriverRunner(
             self._admin,
             self.root,
             selector=components.DRIVER_SELECTOR,
             apiserver_port=int(self.server.rsplit(":", 1)[1]),
+            mountpoints=self.mountpoints,
+            host_aliases=self.ray_heads.host_aliases,
         )
         self.driver_runner.start()
         self.timings["total"] = round(sum(self.timings.values()), 2)
@@ -102,6 +110,8 @@ class LocalCluster:
     def stop(self) -> None:
         if self.driver_runner is not None:
             self.driver_runner.stop()
+            self.ray_heads.stop()
+            self.mountpoints.remove_created()
             self._admin.close()
         self.supervisor.stop_all()
         if self.owns_root:

@@ -25,7 +25,6 @@ import contextlib
 import datetime
 import logging
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -37,7 +36,7 @@ from pathlib import Path
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from . import podspec
+from . import mountns, podspec
 from .processes import _die_with_parent
 
 log = logging.getLogger(__name__)
@@ -49,7 +48,9 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class _ApiObjects(podspec.ObjectSource):
+class ApiObjects(podspec.ObjectSource):
+    """Reads the objects a pod references through the API (as a kubelet would)."""
+
     def __init__(self, api: client.ApiClient):
         self.core = client.CoreV1Api(api)
 
@@ -104,11 +105,12 @@ class DriverRunner:
         *,
         selector: str,
         apiserver_port: int,
+        mountpoints: mountns.Mountpoints,
         host_aliases: HostAliases | None = None,
     ):
         self.api = api
         self.core = client.CoreV1Api(api)
-        self.objects = _ApiObjects(api)
+        self.objects = ApiObjects(api)
         self.root = root
         self.selector = selector
         self.apiserver_port = apiserver_port
@@ -118,7 +120,7 @@ class DriverRunner:
         self._stopping = threading.Event()
         self._watch: watch.Watch | None = None
         self._thread = threading.Thread(target=self._run, name="driver-runner", daemon=True)
-        self._created_mountpoints: list[Path] = []
+        self.mountpoints = mountpoints
 
     def start(self) -> None:
         self._thread.start()
@@ -134,10 +136,6 @@ class DriverRunner:
         for pod in pods:
             pod.join(10)
         self._thread.join(10)
-        # Mountpoints are shared by every pod's namespace: removed only once all have ended.
-        for path in sorted(self._created_mountpoints, key=lambda p: -len(p.parts)):
-            with contextlib.suppress(OSError):
-                path.rmdir()
 
     def process_log(self, namespace: str, name: str) -> Path:
         """Where the runner writes a pod's stdout and stderr (``kubectl logs`` has no kubelet
@@ -200,22 +198,6 @@ class DriverRunner:
             self._pods[uid] = process
             process.start()
 
-    def _mountpoint(self, target: str, is_file: bool) -> None:
-        path = Path(target)
-        missing = []
-        probe = path if not is_file else path.parent
-        while not probe.exists():
-            missing.append(probe)
-            probe = probe.parent
-        with self._lock:
-            self._created_mountpoints.extend(missing)
-        probe_dir = path.parent if is_file else path
-        probe_dir.mkdir(parents=True, exist_ok=True)
-        if is_file and not path.exists():
-            path.touch()
-            with self._lock:
-                self._created_mountpoints.append(path)
-
 
 def _remove(core: client.CoreV1Api, pod: dict) -> None:
     """What a kubelet does once a deleted pod's containers are gone."""
@@ -270,15 +252,13 @@ class _PodProcess:
         started = _now()
         try:
             argv, env, mount_list = self._prepare(container)
-        except (podspec.PodSpecError, ApiException, OSError) as e:
-            self._fail_to_start(container, str(e))
+        except Exception as e:  # noqa: BLE001 - any reason not to start fails the pod, visibly
+            self._fail_to_start(container, f"{type(e).__name__}: {e}")
             return
         log_path = self.runner.process_log(self.namespace, self.name)
         with log_path.open("ab") as out:
             self.popen = subprocess.Popen(
-                ["unshare", "--mount", "--propagation", "private", "--",
-                 "sh", "-c", _mount_script(mount_list, container.get("workingDir") or "/"),
-                 "pod-entrypoint", *argv],
+                mountns.wrap(argv, mount_list, container.get("workingDir") or "/"),
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, start_new_session=True, preexec_fn=_die_with_parent,
             )
@@ -332,8 +312,7 @@ class _PodProcess:
         hosts = self.dir / "hosts"
         hosts.write_text(_hosts_file(self.pod, self.runner.host_aliases(self.pod)))
         mount_list.append(podspec.Mount(hosts, "/etc/hosts", read_only=True))
-        for mount in mount_list:
-            self.runner._mountpoint(mount.target, is_file=mount.source.is_file())
+        self.runner.mountpoints.ensure(mount_list)
         container_env = podspec.environment(self.pod, container, self.runner.objects)
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
@@ -390,17 +369,6 @@ class _PodProcess:
 def _signal_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-
-
-def _mount_script(mount_list: list[podspec.Mount], workdir: str) -> str:
-    lines = ["set -e"]
-    for m in mount_list:
-        src, dst = shlex.quote(str(m.source)), shlex.quote(m.target)
-        lines.append(f"mount --bind {src} {dst}")
-        if m.read_only:
-            lines.append(f"mount -o remount,bind,ro {dst}")
-    lines += [f"cd {shlex.quote(workdir)}", 'exec "$@"']
-    return "\n".join(lines)
 
 
 def _hosts_file(pod: dict, extra: dict[str, list[str]]) -> str:

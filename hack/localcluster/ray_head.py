@@ -36,6 +36,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import mountns
+from .podspec import Mount
 from .processes import Managed, StartupError, Supervisor
 
 DASHBOARD_PORT = 8265
@@ -123,18 +125,22 @@ class RayHead:
         job_stop_wait_s: int = DEFAULT_JOB_STOP_WAIT_S,
         timeout: float = 120.0,
         root: Path | None = None,
+        token: str | None = None,
+        mounts: list[Mount] | None = None,
     ) -> RayHead:
         """Start a head on ``ip`` and wait (bounded by ``timeout``) until its Jobs API answers.
 
         ``env`` is added to the head's environment (job entrypoints inherit it). ``root`` holds
         the token, the log and Ray's temp dir; by default a fresh short directory under /tmp
         (Ray's Unix socket paths live under it and are limited to 107 bytes), removed by
-        ``stop()``.
+        ``stop()``. ``token`` is the cluster's auth token (default: a fresh one). ``mounts``
+        run the head — and every Ray process and job under it — in a private mount namespace
+        with those bind mounts (their targets must exist: ``mountns.Mountpoints.ensure``).
         """
         root = Path(root) if root else Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
         root.mkdir(parents=True, exist_ok=True)
         token_file = root / "auth_token"
-        token_file.write_text(secrets.token_hex(32))
+        token_file.write_text(token or secrets.token_hex(32))
         token_file.chmod(0o600)
         ports = _reserve_ports(ip, 9)
         dashboard = DASHBOARD_PORT if _port_free(ip, DASHBOARD_PORT) else ports.pop()
@@ -178,6 +184,8 @@ class RayHead:
         launcher = [
             sys.executable, "-c", _PRELUDE, str(os.getpid()), ",".join(_SCRUBBED_ENV), *argv,
         ]
+        if mounts:
+            launcher = mountns.wrap(launcher, mounts)
         supervisor = Supervisor(root)
         process = supervisor.start("ray-head", launcher, env=head_env)
         head = cls(ip, dashboard, gcs, root, token_file, head_env, supervisor, process)
