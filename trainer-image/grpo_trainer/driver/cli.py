@@ -119,7 +119,22 @@ def main(args: argparse.Namespace) -> int:
             poll=args.poll_interval,
         ),
     )
-    return run_submission(submission)
+    return run_submission(submission, relay=_report_relay(config, log))
+
+
+def _report_relay(config, log: logging.Logger):
+    """In a pod, the trainer's reports go to the run's report ConfigMap; elsewhere (no
+    service-account token) they stay in the log."""
+    if not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    from grpo_trainer.driver.relay import ConfigMapSink, ReportRelay
+
+    try:
+        sink = ConfigMapSink(config.run.namespace, config.report_config_map, config.report_key)
+        return ReportRelay(sink, sink.last_cursor())
+    except Exception as exc:  # reports are worth having, not worth failing the run for
+        log.warning("reports will not reach the report ConfigMap: %s", exc)
+        return None
 
 
 def _configure_output() -> None:

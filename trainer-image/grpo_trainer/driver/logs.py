@@ -21,6 +21,7 @@ from typing import TextIO
 
 from grpo_trainer.driver.client import BoundedJobClient, describe_error
 from grpo_trainer.driver.outcome import ExitMarkerScanner
+from grpo_trainer.driver.relay import ReportRelay
 
 log = logging.getLogger("grpo_trainer.driver")
 
@@ -33,8 +34,10 @@ _CONFIRM_TIMEOUT_S = 30.0
 class LogFollower:
     """Writes the job's log to ``out`` and scans it for the trainer's exit-code line."""
 
-    def __init__(self, client: BoundedJobClient, submission_id: str, out: TextIO):
+    def __init__(self, client: BoundedJobClient, submission_id: str, out: TextIO,
+                 relay: ReportRelay | None = None):
         self._client = client
+        self._relay = relay
         self._id = submission_id
         self._out = out
         self._job_ended = threading.Event()
@@ -67,14 +70,19 @@ class LogFollower:
                 loop.call_soon_threadsafe(task.cancel)
         self._thread.join(2.0)
         with self._lock:
-            self._scanner.close()
+            self._close_scanners()
         return self._complete.is_set()
 
     def catch_up(self, whole_log: str) -> None:
         """Write what the stream missed, given the whole log (from ``get_job_logs``)."""
         self._emit(whole_log, 0)
         with self._lock:
-            self._scanner.close()
+            self._close_scanners()
+
+    def _close_scanners(self) -> None:
+        self._scanner.close()
+        if self._relay is not None:
+            self._relay.close()
 
     def _emit(self, chunk: str, start: int) -> int:
         """Write the part of ``chunk`` (at offset ``start`` of the log) not yet written."""
@@ -85,6 +93,8 @@ class LogFollower:
                 self._out.write(new)
                 self._out.flush()
                 self._scanner.feed(new)
+                if self._relay is not None:
+                    self._relay.feed(new)
                 self._written = end
         return end
 

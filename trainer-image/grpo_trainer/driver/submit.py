@@ -45,6 +45,7 @@ from grpo_trainer.driver.client import (
 )
 from grpo_trainer.driver.logs import LogFollower
 from grpo_trainer.driver.outcome import Outcome, decide_exit
+from grpo_trainer.driver.relay import ReportRelay
 
 log = logging.getLogger("grpo_trainer.driver")
 T = TypeVar("T")
@@ -92,8 +93,10 @@ class Submission:
 class Driver:
     """Runs one submission to its end; `run` returns the exit code."""
 
-    def __init__(self, submission: Submission, out: TextIO | None = None):
+    def __init__(self, submission: Submission, out: TextIO | None = None,
+                 relay: ReportRelay | None = None):
         self.s = submission
+        self.relay = relay
         self.t = submission.timeouts
         self.out = out or sys.stdout
         self._stop_requested = threading.Event()
@@ -249,7 +252,7 @@ class Driver:
             )
 
     def _follow(self, client: BoundedJobClient) -> Outcome:
-        follower = LogFollower(client, self.s.submission_id, self.out)
+        follower = LogFollower(client, self.s.submission_id, self.out, self.relay)
         follower.start()
         try:
             job = self._wait_for_end(client)
@@ -361,10 +364,11 @@ def _has_ended(client: BoundedJobClient, sid: str) -> bool:
     return client.get_job_info(sid).status.is_terminal()
 
 
-def run_submission(submission: Submission, out: TextIO | None = None) -> int:
+def run_submission(submission: Submission, out: TextIO | None = None,
+                   relay: ReportRelay | None = None) -> int:
     """Run `Driver` for ``submission``; any unexpected error exits RETRYABLE_FAILURE."""
     try:
-        return Driver(submission, out).run()
+        return Driver(submission, out, relay).run()
     except Exception:
         log.exception("the driver failed unexpectedly")
         return int(ExitCode.RETRYABLE_FAILURE)
