@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help venv controlplane test lint manifests manifests-check cluster-up cluster-down
+.PHONY: help venv controlplane test lint manifests manifests-check run cluster-up cluster-down
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -29,6 +29,9 @@ manifests-check: venv ## fail, naming the file, if crds/ or docs/api.md differ f
 
 lint: venv ## ruff
 	$(PY) -m ruff check operator trainer-image tests
+
+run: venv ## run the operator with the current kubeconfig (CRD first: kubectl apply --server-side -f crds/)
+	$(PY) -m grpo_operator --liveness http://127.0.0.1:8080/healthz
 
 cluster-up: venv controlplane ## start the local cluster in the background (.cluster/kubeconfig)
 	@PYTHONPATH=hack $(PY) -m localcluster up
