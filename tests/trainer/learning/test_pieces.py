@@ -1,0 +1,103 @@
+"""The trainer's pure pieces: sampler, data rules, batch layout and sharding, placement plans."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpo_trainer import toy
+from grpo_trainer.batch import Completion, build_batch, shard_batch
+from grpo_trainer.data import PLAIN_ASSISTANT_PREFIX, DatasetError, load_prompts, render_prompt
+from grpo_trainer.placement import plan_placement
+from grpo_trainer.rewards.char_fraction import CharFractionReward
+from grpo_trainer.sampler import PromptSampler
+
+
+def test_sampler_covers_each_epoch_and_resumes_exactly():
+    sampler = PromptSampler(10, 4, seed=3)
+    draws = [sampler.next_batch() for _ in range(5)]  # 20 rows: two full epochs
+    flat = [i for d in draws for i in d]
+    assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:]) == list(range(10))
+    assert flat[:10] != flat[10:]  # reshuffled per epoch
+
+    resumed = PromptSampler(10, 4, seed=3)
+    first = PromptSampler(10, 4, seed=3)
+    first.next_batch(), first.next_batch(), first.next_batch()
+    resumed.load_state_dict(first.state_dict())
+    assert [resumed.next_batch() for _ in range(3)] == [first.next_batch() for _ in range(3)]
+    assert PromptSampler(10, 4, seed=3).next_batch() == draws[0]
+    with pytest.raises(ValueError, match="cannot resume"):
+        PromptSampler(11, 4, seed=3).load_state_dict(first.state_dict())
+
+
+class _NoTemplate:
+    chat_template = None
+
+    def encode(self, text, add_special_tokens=True):
+        return [ord(c) for c in text]
+
+
+def test_prompts_render_with_template_or_plain_join_and_long_ones_are_dropped(tmp_path):
+    messages = [{"role": "user", "content": "hi"}]
+    plain = render_prompt(messages, _NoTemplate())
+    assert "".join(map(chr, plain)) == "user: hi\n" + PLAIN_ASSISTANT_PREFIX
+
+    tokenizer = toy.make_tokenizer()
+    ids = render_prompt(messages, tokenizer)
+    assert tokenizer.decode(ids) == "<|user|>hi\n<|assistant|>"
+
+    rows = toy.letters_rows(4)
+    rows[1]["prompt"] = [{"role": "user", "content": "a " * 200}]
+    path = toy.write_parquet(rows, tmp_path / "train.parquet")
+    dataset = load_prompts(path, tokenizer, max_prompt_tokens=32)
+    assert [r.index for r in dataset.rows] == [0, 2, 3] and dataset.dropped_too_long == 1
+    assert dataset.rows[0].ground_truth == "a" and dataset.rows[0].data_source == toy.LETTERS_SOURCE
+    with pytest.raises(DatasetError, match="no prompt fits"):
+        load_prompts(path, tokenizer, max_prompt_tokens=2)
+
+
+def _completion(tokens):
+    return Completion(tuple(tokens), tuple(-0.5 for _ in tokens), "", "stop")
+
+
+def test_batch_layout_and_world_size_invariant_shards():
+    prompts = [[1, 2, 3], [4]]
+    groups = [[_completion([5, 6]), _completion([7])], [_completion([8, 9, 10]), _completion([])]]
+    batch = build_batch(prompts, groups, [1.0, 0.0, 0.5, 0.5], pad_id=0, normalize_by_std=True)
+    assert batch["input_ids"].tolist() == [
+        [1, 2, 3, 5, 6, 0], [1, 2, 3, 7, 0, 0], [0, 0, 4, 8, 9, 10], [0, 0, 4, 0, 0, 0]
+    ]
+    assert batch["attention_mask"][2].tolist() == [0, 0, 1, 1, 1, 1]
+    assert batch["response_mask"].tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]]
+    assert batch["advantages"][0, 0] > 0 > batch["advantages"][1, 0]
+    assert torch.count_nonzero(batch["advantages"][2:]) == 0  # equal scores: no signal
+
+    rows = {"input_ids": torch.arange(8)}
+    two = [s["input_ids"].tolist() for s in shard_batch(rows, 2, 4)]
+    assert two == [[0, 1, 4, 5], [2, 3, 6, 7]]  # mini-batch k = rows [4k, 4k + 4) on both
+    assert [s["input_ids"].tolist() for s in shard_batch(rows, 1, 4)] == [list(range(8))]
+    with pytest.raises(ValueError, match="multiple"):
+        shard_batch(rows, 3, 4)
+
+
+def test_placement_plans():
+    cpu = plan_placement("colocated", 1, workers=2, gpus_per_worker=0)
+    assert len(cpu.learners) == 2 and len(cpu.engines) == 1 and not cpu.use_gpu
+    assert sum(b["CPU"] for b in cpu.bundles) <= 2  # fits a 2-core machine
+
+    colocated = plan_placement("colocated", 2, workers=2, gpus_per_worker=2)
+    assert colocated.colocated and len(colocated.learners) == 4 and len(colocated.engines) == 2
+    assert colocated.engines[1].worker_bundles == (2, 3)
+
+    split = plan_placement("split", 2, workers=1, gpus_per_worker=8)
+    assert not split.colocated and len(split.engines) == 2
+    assert [s.bundle for s in split.learners] == [4, 5, 6, 7]
+    with pytest.raises(ValueError, match="at least 3 GPUs"):
+        plan_placement("split", 2, workers=1, gpus_per_worker=2)
+
+
+def test_char_fraction_reward_is_dense():
+    reward = CharFractionReward()
+    assert reward("aaaa", "a") == 1.0
+    assert reward("a b!", "A") == 0.5
+    assert reward("", "a") == 0.0 and reward("xyz", None) == 0.0

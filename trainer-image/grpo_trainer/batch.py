@@ -1,0 +1,101 @@
+"""From completions to the learner's padded tensors, and the split across learner ranks.
+
+Layout (verl's): prompts left-padded to the batch's longest prompt ``Lp``, responses
+right-padded to its longest response ``Tr``, so every response starts at column ``Lp``:
+
+    input_ids      (N, Lp + Tr)  prompt ++ response token ids, pad id on padding
+    attention_mask (N, Lp + Tr)  1 on real tokens
+    response_mask  (N, Tr)       1 on the response tokens that count in the loss
+    advantages     (N, Tr)       group-relative advantage broadcast over the response, 0 on pad
+    engine_log_prob(N, Tr)       the engine's logprobs of the sampled tokens (mismatch metric)
+
+Rows are ordered group by group (the G completions of prompt 0, then of prompt 1, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from grpo_trainer.advantages import compute_advantages
+
+Batch = dict[str, Tensor]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled completion, tokens in and out (no re-tokenisation)."""
+
+    token_ids: tuple[int, ...]
+    log_probs: tuple[float, ...]  # the engine's logprob of each sampled token
+    text: str
+    finish_reason: str  # "stop" (EOS or stop token) or "length" (hit max tokens)
+
+
+def build_batch(
+    prompts: Sequence[Sequence[int]],
+    groups: Sequence[Sequence[Completion]],
+    scores: Sequence[float],
+    pad_id: int,
+    normalize_by_std: bool,
+) -> Batch:
+    """Tensors of one step. ``groups[i]`` are prompt i's completions; ``scores`` is flat in the
+    same order (len = total completions)."""
+    rows = [(p, c) for p, group in zip(prompts, groups, strict=True) for c in group]
+    if len(rows) != len(scores):
+        raise ValueError(f"{len(rows)} completions but {len(scores)} scores")
+    lp = max(len(p) for p, _ in rows)
+    tr = max(1, max(len(c.token_ids) for _, c in rows))
+    n = len(rows)
+    input_ids = torch.full((n, lp + tr), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((n, lp + tr), dtype=torch.long)
+    response_mask = torch.zeros((n, tr), dtype=torch.float32)
+    engine_log_prob = torch.zeros((n, tr), dtype=torch.float32)
+    for i, (prompt, completion) in enumerate(rows):
+        t = len(completion.token_ids)
+        input_ids[i, lp - len(prompt) : lp] = torch.tensor(prompt, dtype=torch.long)
+        input_ids[i, lp : lp + t] = torch.tensor(completion.token_ids, dtype=torch.long)
+        attention_mask[i, lp - len(prompt) : lp + t] = 1
+        response_mask[i, :t] = 1.0
+        engine_log_prob[i, :t] = torch.tensor(completion.log_probs, dtype=torch.float32)
+    group_ids = torch.tensor([g for g, group in enumerate(groups) for _ in group])  # (N,)
+    score_tensor = torch.tensor(scores, dtype=torch.float32)  # (N,)
+    advantages = compute_advantages(score_tensor, group_ids, response_mask, normalize_by_std)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "response_mask": response_mask,
+        "advantages": advantages,
+        "engine_log_prob": engine_log_prob,
+        "scores": score_tensor,
+        "group_ids": group_ids,
+    }
+
+
+def shard_batch(batch: Batch, world_size: int, mini_batch_size: int) -> list[Batch]:
+    """Rank ``r``'s rows: for each global mini-batch ``k`` (rows ``[kM, (k+1)M)``), its r-th
+    slice of ``M / world_size`` rows, concatenated in ``k`` order.
+
+    So mini-batch ``k`` of every rank is its share of global mini-batch ``k``, whatever the
+    world size: one rank and two ranks update on the same sequences.
+    """
+    n = batch["input_ids"].shape[0]
+    if n % mini_batch_size or mini_batch_size % world_size:
+        raise ValueError(
+            f"mini-batch size {mini_batch_size} must divide the step's {n} sequences and be a "
+            f"multiple of the {world_size} learner ranks"
+        )
+    per_rank = mini_batch_size // world_size
+    shards = []
+    for rank in range(world_size):
+        index = torch.cat(
+            [
+                torch.arange(k + rank * per_rank, k + (rank + 1) * per_rank)
+                for k in range(0, n, mini_batch_size)
+            ]
+        )
+        shards.append({name: t[index] for name, t in batch.items()})
+    return shards

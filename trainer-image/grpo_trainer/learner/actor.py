@@ -1,0 +1,147 @@
+"""A learner rank: one Ray actor holding the policy, its optimizer and the frozen reference.
+
+All ranks of a group run ``torch.distributed`` together (gloo on CPUs, NCCL with FSDP on GPUs;
+see ``learner.parallel``). The driver calls every rank with its own shard of the step's batch
+and reads the (all-reduced, hence identical) metrics from any of them.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from grpo_trainer.algorithm_settings import AlgorithmSettings
+from grpo_trainer.learner.forward import batched_logprobs
+from grpo_trainer.learner.parallel import DataParallel
+from grpo_trainer.learner.update import UpdatePlan, update_policy
+
+
+@dataclass(frozen=True)
+class LearnerSettings:
+    """What every rank needs to build its model and optimizer."""
+
+    model_dir: str
+    algorithm: AlgorithmSettings
+    learning_rate: float
+    weight_decay: float
+    seed: int
+    use_gpu: bool = False
+    dtype: str = "float32"  # the policy's parameter dtype (master weights)
+
+
+class LearnerRank:
+    """One data-parallel rank (instantiate through ``ray.remote``)."""
+
+    def __init__(self, rank: int, world_size: int, settings: LearnerSettings) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.settings = settings
+
+    @staticmethod
+    def rendezvous_address() -> tuple[str, int]:
+        """An address and a free port on this rank's node, for rank 0 to host the group."""
+        host = socket.gethostbyname(socket.gethostname())
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return host, s.getsockname()[1]
+
+    def setup(self, master_addr: str, master_port: int) -> None:
+        """Join the process group, load the policy (and reference), build AdamW."""
+        backend = "nccl" if self.settings.use_gpu else "gloo"
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{master_addr}:{master_port}",
+            rank=self.rank,
+            world_size=self.world_size,
+        )
+        torch.manual_seed(self.settings.seed)
+        self.device = torch.device("cuda" if self.settings.use_gpu else "cpu")
+        self.dp = DataParallel(self.settings.use_gpu)
+        self.model = self.dp.wrap(self._load_model(trainable=True))
+        self.reference = (
+            self._load_model(trainable=False) if self.settings.algorithm.kl_coef > 0 else None
+        )
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad],
+            lr=self.settings.learning_rate,
+            weight_decay=self.settings.weight_decay,
+        )
+
+    def _load_model(self, trainable: bool) -> torch.nn.Module:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(
+            self.settings.model_dir, dtype=getattr(torch, self.settings.dtype)
+        ).to(self.device)
+        model.train(trainable)
+        model.requires_grad_(trainable)
+        return model
+
+    def _on_device(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    def update(self, shard: dict[str, Tensor], plan: UpdatePlan) -> dict[str, float]:
+        """Old-policy (and reference) logprobs, then the epochs of updates on ``shard``."""
+        shard = self._on_device(shard)
+        temperature = self.settings.algorithm.temperature
+        # Old-policy logprobs from the learner itself (detached); the engine's only feed a
+        # mismatch metric.
+        shard["old_log_prob"] = batched_logprobs(
+            self.model, shard, temperature, plan.micro_batch_size
+        )
+        if self.reference is not None:
+            shard["ref_log_prob"] = batched_logprobs(
+                self.reference, shard, temperature, plan.micro_batch_size
+            )
+        mask = shard["response_mask"].bool()
+        gap = torch.where(mask, (shard["old_log_prob"] - shard["engine_log_prob"]).abs(), 0.0)
+        mismatch = self.dp.all_reduce_sum(torch.stack([gap.sum(), mask.sum().float()]))
+        metrics = update_policy(
+            self.model, self.optimizer, shard, plan, self.settings.algorithm, self.dp
+        )
+        metrics["logprob_mismatch"] = float(mismatch[0] / mismatch[1].clamp(min=1))
+        return metrics
+
+    def logprobs(self, batch: dict[str, Tensor], reference: bool = False) -> Tensor:
+        """(N, Tr) logprobs of ``batch``'s responses under the policy or the reference."""
+        model = self.reference if reference else self.model
+        if model is None:
+            raise ValueError("no reference model (klCoef is 0)")
+        out = batched_logprobs(
+            model, self._on_device(batch), self.settings.algorithm.temperature, 64
+        )
+        return out.cpu()
+
+    def write_weights(self) -> str | None:
+        """Every rank calls; rank 0 writes the full state dict for the engines (CPU path) and
+        returns the file's path, other ranks None."""
+        from grpo_trainer.rollout.weight_sync import write_weights_file
+
+        state = self.dp.full_state_dict(self.model)
+        return str(write_weights_file(state)) if self.rank == 0 else None
+
+    def state(self) -> dict[str, Tensor]:
+        """A CPU copy of the policy's parameters (tests compare ranks and steps)."""
+        return {k: v.detach().cpu().clone() for k, v in self.model.named_parameters()}
+
+    def save_model(self, out_dir: str) -> str | None:
+        """Every rank calls; rank 0 writes an HF directory (config, safetensors, tokenizer)."""
+        from transformers import AutoTokenizer
+
+        state = self.dp.full_state_dict(self.model)
+        if self.rank != 0:
+            return None
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(out, state_dict=state, safe_serialization=True)
+        AutoTokenizer.from_pretrained(self.settings.model_dir).save_pretrained(out)
+        return str(out)
+
+    def shutdown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()

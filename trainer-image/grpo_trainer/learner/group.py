@@ -1,0 +1,68 @@
+"""The driver's handle on the learner ranks: start them, shard each step, sync, save."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from grpo_trainer.batch import Batch, shard_batch
+from grpo_trainer.learner.actor import LearnerRank, LearnerSettings
+from grpo_trainer.learner.update import UpdatePlan
+from grpo_trainer.placement import Slot, actor_options
+
+
+class LearnerGroup:
+    """``world_size`` ``LearnerRank`` actors running one torch.distributed group."""
+
+    def __init__(self, settings: LearnerSettings, slots: tuple[Slot, ...], group) -> None:
+        import ray
+
+        remote = ray.remote(LearnerRank)
+        self.world_size = len(slots)
+        self.ranks = [
+            remote.options(**actor_options(group, slot)).remote(r, self.world_size, settings)
+            for r, slot in enumerate(slots)
+        ]
+        addr, port = ray.get(self.ranks[0].rendezvous_address.remote())
+        ray.get([rank.setup.remote(addr, port) for rank in self.ranks])
+
+    def update(self, batch: Batch, plan: UpdatePlan, mini_batch_size: int) -> dict[str, float]:
+        """Train on the step's ``batch`` (global ``mini_batch_size`` sequences per optimizer
+        step); ``plan.mini_batch_per_rank`` must be ``mini_batch_size / world_size``."""
+        import ray
+
+        shards = shard_batch(batch, self.world_size, mini_batch_size)
+        results = ray.get(
+            [rank.update.remote(s, plan) for rank, s in zip(self.ranks, shards, strict=True)]
+        )
+        return results[0]  # all-reduced: every rank returns the same figures
+
+    def logprobs(self, batch: Batch, reference: bool = False) -> Tensor:
+        """(N, Tr) logprobs of ``batch``'s responses (rank 0's replica)."""
+        import ray
+
+        return ray.get(self.ranks[0].logprobs.remote(batch, reference))
+
+    def states(self) -> list[dict[str, Tensor]]:
+        """Every rank's parameters (tests)."""
+        import ray
+
+        return ray.get([rank.state.remote() for rank in self.ranks])
+
+    def write_weights(self) -> str:
+        """The path of a safetensors file holding the policy (the caller deletes it)."""
+        import ray
+
+        return ray.get([rank.write_weights.remote() for rank in self.ranks])[0]
+
+    def save_model(self, out_dir: str) -> str:
+        import ray
+
+        return ray.get([rank.save_model.remote(out_dir) for rank in self.ranks])[0]
+
+    def shutdown(self) -> None:
+        import ray
+
+        ray.get([rank.shutdown.remote() for rank in self.ranks])
+        for rank in self.ranks:
+            ray.kill(rank)
+

@@ -1,0 +1,70 @@
+"""How learner ranks share a model and combine gradients: one interface, two backends.
+
+- CPU (``gloo``): every rank holds a full replica; after the micro-batches of a mini-batch the
+  gradients are flattened and all-reduced with SUM. The loss already divides by the global
+  token/sequence counts (``docs/algorithm.md``), so the sum is the mini-batch's gradient.
+- GPU (``nccl``, written but NOT run on this machine — no GPU here): FSDP2 ``fully_shard`` on
+  each decoder layer and on the root. FSDP averages gradients over ranks, so the loss is scaled
+  by the world size to turn that average back into the sum (verl's ``dp_size`` factor).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+
+class DataParallel:
+    """The data-parallel strategy of one learner rank (after ``init_process_group``)."""
+
+    def __init__(self, use_gpu: bool) -> None:
+        self.use_gpu = use_gpu
+        self.world_size = dist.get_world_size() if dist.is_initialized() else 1
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+
+    @property
+    def loss_scale(self) -> float:
+        """Factor on each micro-batch loss before backward (see module docstring)."""
+        return float(self.world_size) if self.use_gpu else 1.0
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Shard the model with FSDP2 on GPUs; the CPU path keeps the replica as is."""
+        if not self.use_gpu or self.world_size == 1:
+            return model
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        return model
+
+    def all_reduce_sum(self, tensor: Tensor) -> Tensor:
+        """In-place SUM across ranks (a no-op for one rank)."""
+        if self.world_size > 1:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """Sum the accumulated gradients over ranks (CPU replicas; FSDP already reduced)."""
+        if self.use_gpu or self.world_size == 1:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for p, g in zip(params, grads, strict=True):
+            p.grad = flat[offset : offset + g.numel()].view_as(g).clone()
+            offset += g.numel()
+
+    def full_state_dict(self, model: torch.nn.Module) -> dict[str, Tensor]:
+        """The HF-named full state dict on CPU (every rank calls; FSDP gathers collectively)."""
+        if self.use_gpu and self.world_size > 1:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
+
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            return get_model_state_dict(model, options=options)
+        return {name: t.detach().cpu() for name, t in model.state_dict().items()}

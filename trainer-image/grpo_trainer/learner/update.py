@@ -1,0 +1,116 @@
+"""One step's policy update on one learner rank: epochs x mini-batches x micro-batches.
+
+Per mini-batch (one optimizer step): global counts are all-reduced first, each micro-batch's
+``grpo_loss`` is backpropagated (gradients accumulate by summation), gradients are summed across
+ranks, clipped to ``max_grad_norm``, and the optimizer steps — unless the gradient norm is not
+finite, in which case the gradients are dropped and the update is counted as skipped (every rank
+sees the same reduced norm, so all ranks skip together).
+
+Metrics follow ``grpo_loss``'s rule: per mini-batch the shares are summed over micro-batches and
+ranks; the step's value is the mean over its mini-batches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from grpo_trainer.aggregation import BatchCounts
+from grpo_trainer.algorithm_settings import AlgorithmSettings
+from grpo_trainer.learner.forward import response_logprobs
+from grpo_trainer.learner.parallel import DataParallel
+from grpo_trainer.loss import grpo_loss
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """Batch sizes as one rank sees them."""
+
+    ppo_epochs: int
+    mini_batch_per_rank: int  # sequences per optimizer step on this rank
+    micro_batch_size: int  # sequences per forward/backward
+    max_grad_norm: float
+    response_width: int  # maxResponseTokens (BatchCounts' constant width)
+
+
+def _counts(mask: Tensor, width: int, dp: DataParallel) -> BatchCounts:
+    local = BatchCounts.of(mask, width)
+    total = dp.all_reduce_sum(torch.tensor([local.num_tokens, local.num_sequences]))
+    return BatchCounts(float(total[0]), float(total[1]), width)
+
+
+def update_policy(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    shard: dict[str, Tensor],
+    plan: UpdatePlan,
+    settings: AlgorithmSettings,
+    dp: DataParallel,
+) -> dict[str, float]:
+    """Train on this rank's ``shard`` (rows ordered mini-batch by mini-batch, see
+    ``grpo_trainer.batch.shard_batch``; it carries ``old_log_prob`` and, with klCoef > 0,
+    ``ref_log_prob``). Returns the step's metrics (identical on every rank)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    n = shard["input_ids"].shape[0]
+    width = shard["response_mask"].shape[1]
+    sums: dict[str, float] = {}
+    updates = skipped = 0
+    max_log_ratio = torch.zeros(())
+    for _ in range(plan.ppo_epochs):
+        for start in range(0, n, plan.mini_batch_per_rank):
+            mini = {k: v[start : start + plan.mini_batch_per_rank] for k, v in shard.items()}
+            counts = _counts(mini["response_mask"], plan.response_width, dp)
+            shares: dict[str, Tensor] = {}
+            for m0 in range(0, mini["input_ids"].shape[0], plan.micro_batch_size):
+                micro = {k: v[m0 : m0 + plan.micro_batch_size] for k, v in mini.items()}
+                log_prob, entropy = response_logprobs(
+                    model,
+                    micro["input_ids"],
+                    micro["attention_mask"],
+                    width,
+                    settings.temperature,
+                    with_entropy=True,
+                )  # (b, Tr) each
+                loss, metrics = grpo_loss(
+                    log_prob,
+                    micro["old_log_prob"],
+                    micro["advantages"],
+                    micro["response_mask"],
+                    counts,
+                    settings,
+                    ref_log_prob=micro.get("ref_log_prob"),
+                    entropy=entropy,
+                )
+                (loss * dp.loss_scale).backward()
+                for key, value in metrics.items():
+                    shares[key] = shares.get(key, torch.zeros(())) + value
+                gap = (log_prob.detach() - micro["old_log_prob"]).abs()
+                gap = torch.where(micro["response_mask"].bool(), gap, 0.0)
+                max_log_ratio = torch.maximum(max_log_ratio, gap.max())
+
+            # Sum gradients across ranks, clip, step (or skip a non-finite step).
+            dp.reduce_gradients(params)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, plan.max_grad_norm))
+            if math.isfinite(grad_norm):
+                optimizer.step()
+                updates += 1
+            else:
+                skipped += 1
+            optimizer.zero_grad(set_to_none=True)
+
+            keys = sorted(shares)
+            reduced = dp.all_reduce_sum(torch.stack([shares[k] for k in keys]).float())
+            for key, value in zip(keys, reduced.tolist(), strict=True):
+                sums[key] = sums.get(key, 0.0) + value
+            sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
+    steps = updates + skipped
+    out = {key: value / steps for key, value in sums.items()}
+    if dp.world_size > 1:
+        torch.distributed.all_reduce(max_log_ratio, op=torch.distributed.ReduceOp.MAX)
+    out["max_abs_log_ratio"] = float(max_log_ratio)
+    out["optimizer_steps"] = float(updates)
+    out["skipped_steps"] = float(skipped)
+    return out

@@ -1,0 +1,134 @@
+"""A rollout worker: one Ray actor holding one vLLM engine (``vllm.LLM``).
+
+Prompts go in as token ids (``TokensPrompt``) and completions come out as token ids with the
+logprob of each sampled token, so nothing is re-tokenised between the engine and the learner.
+Each prompt gets ``n = groupSize`` completions from one ``SamplingParams`` with its own seed
+(vLLM gives the i-th child ``seed + i``). Logprobs are requested as ``processed_logprobs``:
+after temperature scaling, as the learner computes them (vLLM's default is the raw,
+pre-temperature logprobs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from grpo_trainer.batch import Completion
+from grpo_trainer.rollout.weight_sync import EXTENSION_CLS
+
+# KV cache of a CPU engine (vLLM's CPU default is a share of the machine's memory).
+CPU_KV_CACHE_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How to build the engine (from ``spec.rollout`` and the algorithm's lengths)."""
+
+    model_dir: str
+    max_model_len: int
+    dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.5
+    enable_sleep_mode: bool = False  # colocated GPU placement
+    seed: int = 0
+    use_gpu: bool = False
+    max_num_seqs: int = 256
+    env: dict[str, str] = field(default_factory=dict)  # e.g. VLLM_RAY_BUNDLE_INDICES
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """Per-step sampling: the algorithm's groupSize, temperature, topP and maxResponseTokens."""
+
+    group_size: int
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+class RolloutEngine:
+    """One vLLM engine (instantiate through ``ray.remote``; see ``rollout.pool``)."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        import os
+
+        os.environ.update(settings.env)
+        from vllm import LLM
+
+        kwargs = {}
+        if settings.use_gpu:
+            kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
+            kwargs["enable_sleep_mode"] = settings.enable_sleep_mode
+            if settings.tensor_parallel_size > 1:
+                kwargs["distributed_executor_backend"] = "ray"
+        else:
+            kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+        self.settings = settings
+        self.llm = LLM(
+            model=settings.model_dir,
+            dtype=settings.dtype,
+            tensor_parallel_size=settings.tensor_parallel_size,
+            max_model_len=settings.max_model_len,
+            max_num_seqs=settings.max_num_seqs,
+            seed=settings.seed,
+            enforce_eager=not settings.use_gpu,
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls=EXTENSION_CLS,
+            **kwargs,
+        )
+
+    def generate(
+        self, prompts: list[list[int]], seeds: list[int], sampling: SamplingSettings
+    ) -> list[list[Completion]]:
+        """``sampling.group_size`` completions for each prompt (token ids in, token ids out)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = [
+            SamplingParams(
+                n=sampling.group_size,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_tokens,
+                logprobs=0,
+                seed=seed,
+            )
+            for seed in seeds
+        ]
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False
+        )
+        return [
+            [
+                Completion(
+                    token_ids=tuple(c.token_ids),
+                    log_probs=tuple(
+                        step[token].logprob
+                        for step, token in zip(c.logprobs, c.token_ids, strict=True)
+                    ),
+                    text=c.text,
+                    finish_reason=c.finish_reason or "length",
+                )
+                for c in out.outputs
+            ]
+            for out in outputs
+        ]
+
+    def load_weights_file(self, path: str) -> int:
+        """Load a safetensors file of HF-named weights into every worker (CPU path), then drop
+        the prefix cache (its KV blocks belong to the old weights)."""
+        loaded = self.llm.collective_rpc("grpo_load_weights_file", args=(path,))
+        self.llm.reset_prefix_cache()
+        return loaded[0]
+
+    def sleep(self) -> None:
+        """Free the GPU for the learners (colocated); a no-op without sleep mode."""
+        if self.settings.enable_sleep_mode:
+            self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        if self.settings.enable_sleep_mode:
+            self.llm.wake_up()
+
+    def close(self) -> None:
+        """Stop the engine's processes (before the actor is killed)."""
+        self.llm.llm_engine.engine_core.shutdown()

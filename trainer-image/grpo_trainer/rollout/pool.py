@@ -1,0 +1,68 @@
+"""The driver's handle on the rollout engines: split prompts across them, sync, sleep."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from grpo_trainer.batch import Completion
+from grpo_trainer.placement import EngineSlot, actor_options
+from grpo_trainer.rollout.engine import EngineSettings, RolloutEngine, SamplingSettings
+
+
+class EnginePool:
+    """``RolloutEngine`` actors, one per ``EngineSlot`` of the placement plan."""
+
+    def __init__(self, settings: EngineSettings, slots: Sequence[EngineSlot], group) -> None:
+        import ray
+
+        remote = ray.remote(RolloutEngine)
+        self.engines = []
+        for slot in slots:
+            env = dict(settings.env)
+            if len(slot.worker_bundles) > 1:  # vLLM's Ray executor places the TP workers
+                env["VLLM_RAY_BUNDLE_INDICES"] = ",".join(map(str, slot.worker_bundles))
+                env["VLLM_RAY_PER_WORKER_GPUS"] = str(slot.gpus_per_worker)
+            engine_settings = EngineSettings(**{**settings.__dict__, "env": env})
+            options = actor_options(group, slot.actor)
+            self.engines.append(remote.options(**options).remote(engine_settings))
+        # Surface a failed engine start here rather than at the first step.
+        ray.get([engine.__ray_ready__.remote() for engine in self.engines])
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], sampling: SamplingSettings
+    ) -> list[list[Completion]]:
+        """Contiguous chunks of the prompts to each engine; groups back in prompt order."""
+        import ray
+
+        k = len(self.engines)
+        bounds = [len(prompts) * i // k for i in range(k + 1)]
+        futures = [
+            engine.generate.remote(
+                [list(p) for p in prompts[lo:hi]], list(seeds[lo:hi]), sampling
+            )
+            for engine, lo, hi in zip(self.engines, bounds, bounds[1:], strict=False)
+            if hi > lo
+        ]
+        return [group for chunk in ray.get(futures) for group in chunk]
+
+    def load_weights_file(self, path: str) -> None:
+        import ray
+
+        ray.get([engine.load_weights_file.remote(path) for engine in self.engines])
+
+    def sleep(self) -> None:
+        import ray
+
+        ray.get([engine.sleep.remote() for engine in self.engines])
+
+    def wake_up(self) -> None:
+        import ray
+
+        ray.get([engine.wake_up.remote() for engine in self.engines])
+
+    def shutdown(self) -> None:
+        import ray
+
+        ray.get([engine.close.remote() for engine in self.engines])
+        for engine in self.engines:
+            ray.kill(engine)

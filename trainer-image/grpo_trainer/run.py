@@ -1,0 +1,159 @@
+"""``python -m grpo_trainer run --config FILE``: train, then write the final model.
+
+The config file is the contract's ``RunConfig`` JSON (``grpo_operator.api.run_config``), parsed
+once here. Ray: with ``RAY_ADDRESS`` set (a Ray job on the RayCluster) the trainer joins that
+cluster, otherwise ``ray.init()`` starts a local one for the process's lifetime. The final
+model is written as a Hugging Face directory (config, safetensors, tokenizer) to the run's
+``artifact/`` directory (``CheckpointLayout``). Checkpoints, reports and budgets are not wired
+in yet; ``Trainer``'s ``after_step`` hooks are where they go.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from grpo_operator.api.exit_codes import ExitCode
+from grpo_operator.api.run_config import RUN_CONFIG_ENV, RUN_CONFIG_PATH
+
+log = logging.getLogger("grpo_trainer.run")
+
+WEIGHT_DECAY = 0.0
+"""AdamW weight decay: the contract has no field for it yet; 0 as in TRL's default."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``run`` subcommand."""
+    p = subparsers.add_parser(
+        "run",
+        help="train (local Ray unless RAY_ADDRESS is set) and write the final model",
+        description="Run GRPO as the run config says and write the final model (Hugging Face "
+        "directory) to <checkpoint dir>/artifact.",
+    )
+    p.add_argument(
+        "--config", type=Path, default=None,
+        help=f"the run config JSON (default: ${RUN_CONFIG_ENV}, else {RUN_CONFIG_PATH})",
+    )
+    p.set_defaults(handler=main)
+
+
+@contextlib.contextmanager
+def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner_ranks=None):
+    """Build the data, placement group, learner ranks and engines of ``spec`` (a
+    ``GRPORunSpec``) on the current Ray cluster, yield a ``Trainer``, tear everything down."""
+    import ray
+    from transformers import AutoTokenizer
+
+    from grpo_trainer.data import load_prompts
+    from grpo_trainer.learner.actor import LearnerSettings
+    from grpo_trainer.learner.group import LearnerGroup
+    from grpo_trainer.placement import create_placement_group, plan_placement
+    from grpo_trainer.rewards import build_reward
+    from grpo_trainer.rollout.engine import EngineSettings
+    from grpo_trainer.rollout.pool import EnginePool
+    from grpo_trainer.trainer import Trainer, TrainerConfig
+
+    algorithm, rollout, resources = spec.algorithm, spec.rollout, spec.resources
+    config = TrainerConfig.from_algorithm(algorithm)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    dataset = load_prompts(train_file, tokenizer, algorithm.max_prompt_tokens)
+    if dataset.dropped_too_long:
+        log.warning("dropped %d prompts longer than maxPromptTokens", dataset.dropped_too_long)
+    reward_fn = reward_fn or build_reward(spec.reward.name.value, spec.reward.options())
+    plan = plan_placement(
+        rollout.placement.value,
+        rollout.tensor_parallel_size,
+        resources.workers,
+        resources.gpus_per_worker,
+        cpu_learner_ranks,
+    )
+    group = create_placement_group(plan)
+    learners = engines = None
+    try:
+        learners = LearnerGroup(
+            LearnerSettings(
+                model_dir=model_dir,
+                algorithm=config.algorithm,
+                learning_rate=algorithm.learning_rate,
+                weight_decay=WEIGHT_DECAY,
+                seed=algorithm.seed,
+                use_gpu=plan.use_gpu,
+            ),
+            plan.learners,
+            group,
+        )
+        engines = EnginePool(
+            EngineSettings(
+                model_dir=model_dir,
+                max_model_len=rollout.max_model_len
+                or algorithm.max_prompt_tokens + algorithm.max_response_tokens,
+                dtype=rollout.dtype.value,
+                tensor_parallel_size=rollout.tensor_parallel_size,
+                gpu_memory_utilization=rollout.gpu_memory_utilization,
+                enable_sleep_mode=plan.colocated,
+                seed=algorithm.seed,
+                use_gpu=plan.use_gpu,
+            ),
+            plan.engines,
+            group,
+        )
+        pad_id = tokenizer.pad_token_id
+        pad_id = tokenizer.eos_token_id if pad_id is None else pad_id
+        yield Trainer(config, dataset, reward_fn, engines, learners, pad_id or 0, plan.colocated)
+    finally:
+        if engines is not None:
+            engines.shutdown()
+        if learners is not None:
+            learners.shutdown()
+        ray.util.remove_placement_group(group)
+
+
+@contextlib.contextmanager
+def ray_session() -> Iterator[None]:
+    """Join the cluster in RAY_ADDRESS, or start a local one and stop it afterwards."""
+    import os
+
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    # Explicitly "local" without RAY_ADDRESS: never attach to some other `ray start` cluster
+    # that happens to run on the machine.
+    ray.init(address=os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def main(args: argparse.Namespace) -> int:
+    """Train as the run config says; the exit code follows ``ExitCode``."""
+    from grpo_operator.api.checkpoint_layout import ARTIFACT_DIR
+    from grpo_operator.api.run_config import RunConfig, RunConfigError
+    from grpo_trainer.data import DatasetError
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    try:
+        config = RunConfig.load(args.config)
+    except RunConfigError as err:
+        log.error("invalid run config: %s", err)
+        return ExitCode.INVALID_INPUT
+    artifact = Path(config.paths.checkpoint_dir) / ARTIFACT_DIR
+    try:
+        with ray_session(), start_run(
+            config.spec, config.paths.model_dir, config.paths.train_file
+        ) as trainer:
+            history = trainer.train()
+            trainer.learners.save_model(str(artifact))
+    except DatasetError as err:
+        log.error("invalid dataset: %s", err)
+        return ExitCode.INVALID_INPUT
+    last = history[-1] if history else None
+    log.info("done: %d steps, final model in %s%s", trainer.step, artifact,
+             f" (last reward {last.reward_mean:.3f})" if last else "")
+    return ExitCode.SUCCESS
