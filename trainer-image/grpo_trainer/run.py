@@ -4,8 +4,9 @@ The config file is the contract's ``RunConfig`` JSON (``grpo_operator.api.run_co
 once here. Ray: with ``RAY_ADDRESS`` set (a Ray job on the RayCluster) the trainer joins that
 cluster, otherwise ``ray.init()`` starts a local one for the process's lifetime. The final
 model is written as a Hugging Face directory (config, safetensors, tokenizer) to the run's
-``artifact/`` directory (``CheckpointLayout``). Checkpoints, reports and budgets are not wired
-in yet; ``Trainer``'s ``after_step`` hooks are where they go.
+``artifact/`` directory (``CheckpointLayout``), sealed with its digest manifest. The trainer's
+reports (``reporting.py``) go to stdout, where the driver relays them; checkpoints and budgets
+are not wired in yet (``Trainer``'s ``after_step`` hooks are where they go).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from grpo_operator.api.exit_codes import ExitCode
 from grpo_operator.api.run_config import RUN_CONFIG_ENV, RUN_CONFIG_PATH
+from grpo_trainer.driver.outcome import announce_exit
 
 log = logging.getLogger("grpo_trainer.run")
 
@@ -42,9 +44,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 @contextlib.contextmanager
-def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner_ranks=None):
+def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner_ranks=None,
+              after_step=()):
     """Build the data, placement group, learner ranks and engines of ``spec`` (a
-    ``GRPORunSpec``) on the current Ray cluster, yield a ``Trainer``, tear everything down."""
+    ``GRPORunSpec``) on the current Ray cluster, yield a ``Trainer`` (calling ``after_step``
+    hooks after each step), tear everything down."""
     import ray
     from transformers import AutoTokenizer
 
@@ -103,7 +107,8 @@ def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner
         )
         pad_id = tokenizer.pad_token_id
         pad_id = tokenizer.eos_token_id if pad_id is None else pad_id
-        yield Trainer(config, dataset, reward_fn, engines, learners, pad_id or 0, plan.colocated)
+        yield Trainer(config, dataset, reward_fn, engines, learners, pad_id or 0, plan.colocated,
+                      after_step=after_step)
     finally:
         if engines is not None:
             engines.shutdown()
@@ -132,10 +137,20 @@ def ray_session() -> Iterator[None]:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Train as the run config says; the exit code follows ``ExitCode``."""
+    """Train as the run config says; every exit is announced (``announce_exit``) so the driver
+    learns the code even from a job Ray marks STOPPED."""
+    code = _train(args)
+    announce_exit(int(code))
+    return code
+
+
+def _train(args: argparse.Namespace) -> int:
     from grpo_operator.api.checkpoint_layout import ARTIFACT_DIR
+    from grpo_operator.api.constants import Reason
     from grpo_operator.api.run_config import RunConfig, RunConfigError
     from grpo_trainer.data import DatasetError
+    from grpo_trainer.progress import RunProgress, replace_dir
+    from grpo_trainer.reporting import Reporter
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     try:
@@ -143,17 +158,25 @@ def main(args: argparse.Namespace) -> int:
     except RunConfigError as err:
         log.error("invalid run config: %s", err)
         return ExitCode.INVALID_INPUT
+    progress = RunProgress(Reporter(config.attempt), config.spec.algorithm.max_steps)
+    progress.started()
     artifact = Path(config.paths.checkpoint_dir) / ARTIFACT_DIR
+    staging = artifact.with_name(artifact.name + ".tmp")
     try:
         with ray_session(), start_run(
-            config.spec, config.paths.model_dir, config.paths.train_file
+            config.spec, config.paths.model_dir, config.paths.train_file,
+            after_step=[progress.after_step],
         ) as trainer:
             history = trainer.train()
-            trainer.learners.save_model(str(artifact))
+            trainer.learners.save_model(str(staging))
     except DatasetError as err:
         log.error("invalid dataset: %s", err)
+        progress.failed(Reason.INVALID_INPUT, f"invalid dataset: {err}")
         return ExitCode.INVALID_INPUT
+    replace_dir(staging, artifact)
+    terminal = progress.succeeded(artifact, trainer.step)
     last = history[-1] if history else None
-    log.info("done: %d steps, final model in %s%s", trainer.step, artifact,
-             f" (last reward {last.reward_mean:.3f})" if last else "")
+    log.info("done: %d steps, final model in %s (sha256 %s)%s", trainer.step, artifact,
+             terminal.artifact.sha256,
+             f", last reward {last.reward_mean:.3f}" if last else "")
     return ExitCode.SUCCESS

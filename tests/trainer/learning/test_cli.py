@@ -1,4 +1,5 @@
-"""``python -m grpo_trainer run --config FILE`` trains locally and writes a loadable model."""
+"""``python -m grpo_trainer run --config FILE`` trains locally, reports as it goes and writes a
+loadable, sealed model."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ import sys
 
 import torch
 
+from grpo_operator.api.checkpoint_layout import DIGEST_MANIFEST_FILE
+from grpo_operator.api.digest import DigestManifest
+from grpo_operator.api.report import TrainerState, parse_report
 from grpo_operator.api.run_config import ResumeMode, RunConfig, RunIdentity, RunPaths
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_trainer import toy
+from grpo_trainer.driver.outcome import exit_line
+from grpo_trainer.reporting import parse_report_line
 
 
 def test_run_writes_a_loadable_model(tiny_dirs, tmp_path):
@@ -56,3 +62,21 @@ def test_run_writes_a_loadable_model(tiny_dirs, tmp_path):
     ]
     assert max(deltas) > 0  # two optimizer steps happened
     assert all(torch.isfinite(p).all() for p in trained.parameters())
+
+    # The run accounted for itself: numbered reports, the last one terminal with the digest of
+    # the sealed artifact, and the exit code announced for the driver.
+    reports = [parse_report(found[0]) for line in done.stdout.splitlines()
+               if (found := parse_report_line(line))]
+    assert [r.sequence for r in reports] == list(range(len(reports)))
+    assert [r.state for r in reports] == (
+        [TrainerState.STARTING] + [TrainerState.RUNNING] * 2 + [TrainerState.FINISHED]
+    )
+    assert [r.ledger.completed_steps for r in reports] == [0, 1, 2, 2]
+    assert reports[-1].ledger.generated_tokens > 0
+    final = reports[-1].terminal
+    assert final.outcome == "Succeeded" and final.artifact.step == 2
+    assert final.artifact.sha256 == DigestManifest.parse(
+        (artifact / DIGEST_MANIFEST_FILE).read_text()).digest
+    assert final.artifact.sha256 == DigestManifest.for_directory(
+        artifact, exclude=[DIGEST_MANIFEST_FILE]).digest
+    assert done.stdout.rstrip().endswith(exit_line(0))
