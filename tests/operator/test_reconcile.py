@@ -1,0 +1,186 @@
+"""The phase machine as a pure function: observed state in, status and actions out."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+
+from grpo_operator.api.report import MAX_REPORT_BYTES, Report, TrainerState
+from grpo_operator.api.spec import GRPORunSpec
+from grpo_operator.api.status import (
+    ArtifactRef,
+    GRPORunStatus,
+    ReportCursor,
+    TrainerLedger,
+    TrainerTerminal,
+)
+from grpo_operator.reconcile import Action, Observed, decide
+
+NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
+SPEC = GRPORunSpec.model_validate({
+    "model": {"volume": {"hostPath": {"path": "/m"}}},
+    "dataset": {"volume": {"hostPath": {"path": "/d"}}, "trainFile": "t.parquet"},
+    "reward": {"name": "gsm8k"},
+    "algorithm": {"maxSteps": 3, "groupSize": 2, "promptsPerStep": 2,
+                  "maxResponseTokens": 8},
+    "resources": {"image": "i", "workers": 1, "gpusPerWorker": 1},
+    "checkpoint": {"volume": {"hostPath": {"path": "/c"}}},
+    "budget": {"maxGeneratedTokens": 1000},
+})
+HEALTHY_RC = {"metadata": {"name": "r"}, "status": {
+    "readyWorkerReplicas": 1,
+    "conditions": [{"type": "HeadPodReady", "status": "True"}]}}
+RUNNING_JOB = {"metadata": {"name": "r-a1"}, "status": {"active": 1}}
+
+
+def _job(condition: str) -> dict:
+    return {"metadata": {"name": "r-a1"},
+            "status": {"conditions": [{"type": condition, "status": "True", "message": "m"}]}}
+
+
+def _pod(code: int) -> dict:
+    return {"status": {"containerStatuses": [{"state": {"terminated": {"exitCode": code}}}]}}
+
+
+def observe(status: GRPORunStatus | None = None, **kw) -> Observed:
+    return Observed(name="r", generation=1, spec=SPEC, status=status or GRPORunStatus(),
+                    now=NOW, **kw)
+
+
+def running_status() -> GRPORunStatus:
+    """A run that was accepted, provisioned and started."""
+    accepted = decide(observe()).status
+    return decide(observe(accepted, ray_cluster=HEALTHY_RC)).status
+
+
+def report(sequence: int, state=TrainerState.RUNNING, attempt: int = 1, steps: int = 1,
+           terminal: TrainerTerminal | None = None) -> str:
+    return Report(schema_version=1, attempt=attempt, sequence=sequence, time=NOW, state=state,
+                  ledger=TrainerLedger(planned_steps=3, completed_steps=steps,
+                                       generated_tokens=40 * steps),
+                  terminal=terminal).to_json()
+
+
+def finished(outcome="Succeeded", reason="Completed", artifact=True) -> str:
+    terminal = TrainerTerminal(
+        outcome=outcome, reason=reason, message="done", finished_time=NOW,
+        artifact=ArtifactRef(path="/checkpoints/u/artifact", step=3, sha256="a" * 64)
+        if artifact else None)
+    return report(9, TrainerState.FINISHED, steps=3, terminal=terminal)
+
+
+def test_acceptance_then_provisioning_then_running():
+    d = decide(observe())
+    assert d.status.phase == "Provisioning"
+    assert d.actions == [Action.ENSURE_RUN_CHILDREN]
+    assert d.status.condition("Accepted").status == "True"
+    assert d.status.recovery.attempt == 1 and d.status.children.driver_job == "r-a1"
+    assert d.status.ledger.planned_steps == 3
+    d2 = decide(observe(d.status, ray_cluster=HEALTHY_RC))
+    assert d2.status.phase == "Running"
+    assert d2.actions == [Action.ENSURE_RUN_CHILDREN, Action.ENSURE_DRIVER_JOB]
+    assert d2.status.condition("ClusterReady").status == "True"
+    # The transition time of Accepted does not move when nothing changed.
+    assert d2.status.condition("Accepted") == d.status.condition("Accepted")
+
+
+def test_refusal_creates_nothing():
+    spec = SPEC.model_copy(update={"budget": SPEC.budget.model_copy(
+        update={"max_generated_tokens": 10})})
+    d = decide(Observed(name="r", generation=1, spec=spec, status=GRPORunStatus(), now=NOW))
+    assert d.status.phase == "Failed" and d.actions == []
+    assert d.status.condition("Accepted").reason == "BudgetTooSmall"
+    assert d.requeue_after is None
+
+
+def test_reports_are_mirrored_in_order():
+    status = running_status()
+    d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                       report_data=report(0)))
+    assert d.status.ledger.completed_steps == 1
+    assert d.status.ledger.budget_remaining.generated_tokens == 1000 - 40
+    assert d.status.accepted_report == ReportCursor(attempt=1, sequence=0)
+    assert not [e for e in d.events if e.type == "Warning"]
+
+
+@pytest.mark.parametrize(("data", "why"), [
+    ("{not json", "invalid report"),
+    (json.dumps({"schemaVersion": 1, "attempt": 1, "sequence": 5, "time": NOW.isoformat(),
+                 "state": "Running", "surprise": 1}), "invalid report"),
+    (json.dumps({"schemaVersion": 2, "attempt": 1, "sequence": 5, "time": NOW.isoformat(),
+                 "state": "Running"}), "invalid report"),
+    ("x" * (MAX_REPORT_BYTES + 1), "invalid report"),
+    (report(1, attempt=7), "attempt 7"),
+])
+def test_bad_reports_are_ignored_with_a_warning(data, why):
+    status = running_status()
+    status = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                            report_data=report(3, steps=2))).status
+    d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                       report_data=data))
+    warnings = [e for e in d.events if e.type == "Warning"]
+    assert len(warnings) == 1 and warnings[0].reason == "ReportRejected"
+    assert why in warnings[0].message
+    assert d.status.ledger.completed_steps == 2  # unchanged
+    assert d.status.phase == "Running"
+
+
+def test_a_stale_report_is_ignored_and_the_same_one_is_not_news():
+    status = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                            report_data=report(3, steps=2))).status
+    same = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                          report_data=report(3, steps=2)))
+    assert same.events == []
+    stale = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                           report_data=report(2, steps=1)))
+    assert [e.reason for e in stale.events] == ["ReportRejected"]
+    assert "stale" in stale.events[0].message
+    assert stale.status.ledger.completed_steps == 2
+
+
+def test_success_needs_the_terminal_report_with_an_artifact():
+    status = running_status()
+    d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=_job("Complete"),
+                       report_data=finished()))
+    assert d.status.phase == "Succeeded"
+    assert d.status.terminal.artifact.sha256 == "a" * 64
+    assert Action.DELETE_RAY_CLUSTER in d.actions
+    assert d.status.condition("Succeeded").status == "True"
+    assert d.status.condition("Running").status == "False"
+    no_report = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=_job("Complete")))
+    assert no_report.status.phase == "Failed"
+    assert no_report.status.terminal.reason == "MissingTerminalReport"
+
+
+@pytest.mark.parametrize(("code", "reason"), [
+    (10, "InvalidInput"), (11, "FrozenInputChanged"), (12, "BudgetExhausted"),
+    (14, "RetryableFailure"), (137, "Killed"), (1, "UnexpectedExit"),
+])
+def test_a_failed_driver_ends_the_run_with_the_cause(code, reason):
+    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+                       driver_pods=[_pod(code)]))
+    assert d.status.phase == "Failed"
+    assert d.status.terminal.reason == reason
+    assert d.status.condition("Failed").status == "True"
+
+
+def test_the_trainers_terminal_report_outranks_the_exit_code():
+    failed = finished(outcome="Failed", reason="FrozenInputChanged", artifact=False)
+    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+                       driver_pods=[_pod(1)], report_data=failed))
+    assert d.status.terminal.reason == "FrozenInputChanged"
+
+
+def test_cleanup_receipt_only_once_the_cluster_is_gone():
+    status = decide(observe(running_status(), ray_cluster=HEALTHY_RC,
+                            driver_job=_job("Complete"), report_data=finished())).status
+    still_there = decide(observe(status, ray_cluster=HEALTHY_RC))
+    assert still_there.status.terminal.cleanup is None
+    assert still_there.actions == [Action.DELETE_RAY_CLUSTER]
+    gone = decide(observe(status, ray_cluster=None))
+    assert gone.status.terminal.cleanup.ray_cluster_deleted is True
+    assert gone.requeue_after is None
+    again = decide(observe(gone.status, ray_cluster=None))
+    assert again.status == gone.status and again.events == []
