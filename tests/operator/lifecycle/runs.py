@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client
 
 from grpo_operator.api.constants import GROUP, PLURAL, VERSION
+from grpo_trainer import toy
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "tiny-cpu.yaml"
 
 GPU_POOL = {
     "nodeSelector": {"grpo.dev/node-pool": "gpu"},
@@ -37,6 +42,18 @@ def manifest(name: str, data_dir: str, **spec_overrides: Any) -> dict[str, Any]:
         target[keys[-1]] = copy.deepcopy(value)
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GRPORun",
             "metadata": {"name": name}, "spec": spec}
+
+
+def tiny_example(tmp_path: Path) -> dict:
+    """examples/tiny-cpu.yaml with its hostPaths pointed at a fresh tiny model and dataset."""
+    toy.make_tiny_model(tmp_path / "model")
+    toy.make_letters_dataset(tmp_path / "data")
+    body = yaml.safe_load(EXAMPLE.read_text())
+    spec = body["spec"]
+    spec["model"]["volume"]["hostPath"]["path"] = str(tmp_path / "model")
+    spec["dataset"]["volume"]["hostPath"]["path"] = str(tmp_path / "data")
+    spec["checkpoint"]["volume"]["hostPath"]["path"] = str(tmp_path / "checkpoints")
+    return body
 
 
 class Runs:

@@ -5,32 +5,15 @@ reporting step by step into status, Succeeded with the artifact's digest, cleane
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
 from grpo_operator.api.checkpoint_layout import DIGEST_MANIFEST_FILE
 from grpo_operator.api.digest import DigestManifest
-from grpo_trainer import toy
+from tests.operator.lifecycle.runs import tiny_example
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
-
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "tiny-cpu.yaml"
-
-
-def tiny_example(tmp_path: Path) -> dict:
-    """examples/tiny-cpu.yaml with its hostPaths pointed at a fresh tiny model and dataset."""
-    toy.make_tiny_model(tmp_path / "model")
-    toy.make_letters_dataset(tmp_path / "data")
-    body = yaml.safe_load(EXAMPLE.read_text())
-    spec = body["spec"]
-    spec["model"]["volume"]["hostPath"]["path"] = str(tmp_path / "model")
-    spec["dataset"]["volume"]["hostPath"]["path"] = str(tmp_path / "data")
-    spec["checkpoint"]["volume"]["hostPath"]["path"] = str(tmp_path / "checkpoints")
-    return body
-
 
 def test_the_tiny_example_trains_to_success_and_cleans_up(cluster, runs, tmp_path):
     body = tiny_example(tmp_path)
