@@ -50,6 +50,8 @@ class Controller:
         ]
         # Rejected report texts per run, so a bad report is announced once, not every pass.
         self._announced: dict[Key, set[str]] = {}
+        # API requests and passes per run, logged when the run is done with.
+        self.cost: dict[Key, list[int]] = {}
 
     def start(self) -> None:
         for t in self._threads:
@@ -60,25 +62,36 @@ class Controller:
         for t in self._threads:
             t.join(10)
 
+    def _account(self, key: Key, done: bool) -> None:
+        cost = self.cost.setdefault(key, [0, 0])
+        cost[0] += self.kube.take_request_count()
+        cost[1] += 1
+        if done:
+            requests, passes = self.cost.pop(key)
+            log.info("run %s/%s: %d API requests in %d reconcile passes", *key, requests, passes)
+
     def enqueue(self, namespace: str, name: str) -> None:
         self.queue.add((namespace, name))
 
     def forget(self, namespace: str, name: str) -> None:
         self.queue.forget((namespace, name))
         self._announced.pop((namespace, name), None)
+        self.cost.pop((namespace, name), None)
 
     def _work(self) -> None:
         while True:
             key = self.queue.get()
             if key is None:
                 return
+            again: float | None = ERROR_REQUEUE_SECONDS
             try:
                 again = self.reconcile(*key)
             except Exception:  # noqa: BLE001 - one run's failure must not stop the loop
                 log.exception("reconcile of %s/%s failed", *key)
-                again = ERROR_REQUEUE_SECONDS
             finally:
                 self.queue.done(key)
+                # A run needing no requeue is done with until its next event.
+                self._account(key, done=again is None)
             if again is not None:
                 self.queue.add(key, again)
 

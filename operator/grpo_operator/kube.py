@@ -6,6 +6,7 @@ import contextlib
 import datetime
 import json
 import logging
+import threading
 from typing import Any
 
 from kubernetes import client, dynamic
@@ -30,10 +31,15 @@ class Kube:
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.dynamic = dynamic.DynamicClient(api)
-        self.requests = 0  # API requests made, for the cost-per-run measurement
+        self._local = threading.local()  # requests made by this thread since the last take
 
     def _count(self) -> None:
-        self.requests += 1
+        self._local.requests = getattr(self._local, "requests", 0) + 1
+
+    def take_request_count(self) -> int:
+        """API requests this thread made since the last call (a reconcile pass's cost)."""
+        count, self._local.requests = getattr(self._local, "requests", 0), 0
+        return count
 
     def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
         self._count()

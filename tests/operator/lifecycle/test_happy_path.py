@@ -4,6 +4,7 @@ reporting step by step into status, Succeeded with the artifact's digest, cleane
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -15,7 +16,7 @@ from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
-def test_the_tiny_example_trains_to_success_and_cleans_up(cluster, runs, tmp_path):
+def test_the_tiny_example_trains_to_success_and_cleans_up(cluster, operator, runs, tmp_path):
     body = tiny_example(tmp_path)
     name, steps = body["metadata"]["name"], body["spec"]["algorithm"]["maxSteps"]
     run = runs.create(body)
@@ -35,7 +36,7 @@ def test_the_tiny_example_trains_to_success_and_cleans_up(cluster, runs, tmp_pat
         time.sleep(0.5)
     logs = cluster.driver_runner.process_log(runs.namespace, f"{name}-a1")
     assert status["phase"] == "Succeeded", (status, logs.read_text()[-4000:])
-    assert phases[-1] == "Succeeded" and "Running" in phases and "Provisioning" in phases
+    assert phases[-1] == "Succeeded" and "Running" in phases  # Provisioning may be too quick
     assert completed[-1] == steps and len(completed) >= 2, completed  # mirrored as it went
 
     waited = cluster.kubectl("wait", f"grpo/{name}", "-n", runs.namespace,
@@ -62,3 +63,11 @@ def test_the_tiny_example_trains_to_success_and_cleans_up(cluster, runs, tmp_pat
     reasons = [reason for _, reason, _ in runs.events(name)]
     for expected in ("Accepted", "Provisioning", "Running", "Succeeded", "CleanedUp"):
         assert expected in reasons
+
+    # What the run cost the API server, as the operator accounts for it: every pass reads the
+    # run and its children by name, so the requests per pass stay a small constant.
+    cost = wait_for(lambda: re.search(
+        rf"run {runs.namespace}/{name}: (\d+) API requests in (\d+) reconcile passes",
+        operator.log_path.read_text()), 30, what="the run's cost in the operator log")
+    requests, passes = map(int, cost.groups())
+    assert 0 < requests <= 12 * passes, (requests, passes)
