@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help venv controlplane test lint manifests manifests-check run cluster-up cluster-down
+.PHONY: help venv controlplane test lint manifests manifests-check run demo cluster-up cluster-down
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -32,6 +32,9 @@ lint: venv ## ruff
 
 run: venv ## run the operator with the current kubeconfig (CRD first: kubectl apply --server-side -f crds/)
 	$(PY) -m grpo_operator --liveness http://127.0.0.1:8080/healthz
+
+demo: venv controlplane ## the main job: a real GRPO run driven by the operator on a local cluster
+	@PYTHONPATH=hack $(PY) -m demo
 
 cluster-up: venv controlplane ## start the local cluster in the background (.cluster/kubeconfig)
 	@PYTHONPATH=hack $(PY) -m localcluster up

@@ -78,12 +78,8 @@ class LocalCluster:
             self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(nodes.default_nodes()))
             self.kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=60s")
         with self._phase("kuberay-operator"):
-            # Server-side: the CRDs exceed a client-side apply's annotation limit.
             for crd in self.tools.kuberay_crds:
-                self.kubectl("apply", "--server-side", "-f", str(crd))
-            self.kubectl(
-                "wait", "--for=condition=Established", "crd/rayclusters.ray.io", "--timeout=60s"
-            )
+                self.install_crd(crd)
             components.start_kuberay(ctx, self.server)
         self._admin = self.api_client()
         self.mountpoints = mountns.Mountpoints()
@@ -141,6 +137,26 @@ class LocalCluster:
                 proc.returncode, proc.args, proc.stdout, proc.stderr
             )
         return proc
+
+    def install_crd(self, path: Path, timeout: float = 60) -> None:
+        """Server-side apply a CRD file (large CRDs exceed a client-side apply's annotation
+        limit) and wait until it is Established. Polls instead of `kubectl wait`, which fails
+        outright while a new CRD has no conditions yet."""
+        applied = self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path),
+                               "-o", "name").stdout.split()
+        deadline = time.monotonic() + timeout
+        for name in applied:
+            while True:
+                established = self.kubectl(
+                    "get", name, "-o",
+                    "jsonpath={.status.conditions[?(@.type=='Established')].status}",
+                    check=False,
+                ).stdout
+                if established == "True":
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{name} not Established after {timeout:.0f}s")
+                time.sleep(0.2)
 
     def api_client(self):
         """A ``kubernetes.client.ApiClient`` for the admin."""

@@ -142,6 +142,12 @@ class DriverRunner:
         to ask here)."""
         return self.root / "pods" / namespace / name / "container.log"
 
+    def job_log(self, namespace: str, job: str) -> Path | None:
+        """The log of the newest pod of Job ``job`` that the runner ran (None: none yet)."""
+        pods = sorted((self.root / "pods" / namespace).glob(f"{job}-*/container.log"),
+                      key=lambda p: p.stat().st_mtime)
+        return pods[-1] if pods else None
+
     # -- watch loop ------------------------------------------------------------------------
 
     def _run(self) -> None:

@@ -22,6 +22,8 @@ import contextlib
 import ipaddress
 import logging
 import os
+import shutil
+import socket
 import threading
 from pathlib import Path
 from urllib.parse import urlparse
@@ -30,7 +32,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from . import mountns, podspec
-from .ray_head import RayHead
+from .ray_head import DASHBOARD_PORT, RayHead
 
 log = logging.getLogger(__name__)
 
@@ -111,13 +113,24 @@ class LocalRayHeads:
         token = env.get("RAY_AUTH_TOKEN")
         kept = {k: v for k, v in env.items()
                 if k in _KEPT_RAY_ENV or not k.startswith(_KUBERAY_ENV_PREFIXES)}
-        ip = str(ipaddress.ip_address(self._next_ip))
-        self._next_ip += 1
+        ip = self._free_address()
         log.info("starting a local Ray head for RayCluster %s/%s on %s", namespace, cluster, ip)
         return RayHead.start(
             ip=ip, env=kept, token=token, mounts=mounts, num_cpus=os.cpu_count() or 2,
             job_stop_wait_s=int(kept.get("RAY_JOB_STOP_WAIT_TIME_S", "30")),
+            dashboard_port=DASHBOARD_PORT,
         )
+
+    def _free_address(self) -> str:
+        """The next loopback address where nothing answers on the Jobs API port: the driver
+        dials the head Service's port, so the head must have exactly that one."""
+        for _ in range(256):
+            ip = str(ipaddress.ip_address(self._next_ip))
+            self._next_ip += 1
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                if probe.connect_ex((ip, DASHBOARD_PORT)) != 0:  # nothing answers there
+                    return ip
+        raise podspec.PodSpecError(f"port {DASHBOARD_PORT} is taken on every loopback address")
 
     def _reap(self) -> None:
         while not self._stopping.wait(2.0):
@@ -129,8 +142,7 @@ class LocalRayHeads:
                 with self._lock:
                     self._heads.pop(key, None)
                 log.info("RayCluster %s/%s is gone: stopping its local head", *key)
-                with contextlib.suppress(Exception):
-                    head.stop()
+                self._stop(key, head)
 
     def _cluster_gone(self, key: tuple[str, str]) -> bool:
         try:
@@ -145,10 +157,21 @@ class LocalRayHeads:
         self._stopping.set()
         self._reaper.join(5)
         with self._lock:
-            heads, self._heads = list(self._heads.values()), {}
-        for head in heads:
-            with contextlib.suppress(Exception):
-                head.stop()
+            heads, self._heads = list(self._heads.items()), {}
+        for key, head in heads:
+            self._stop(key, head)
+
+    def _stop(self, key: tuple[str, str], head: RayHead) -> None:
+        """Stop a head, keeping its logs next to the pod's files (its own directory is short
+        and temporary: Ray's socket paths must stay under 107 bytes)."""
+        keep = self.root / "ray-heads" / key[0] / key[1]
+        with contextlib.suppress(OSError):
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(head.log, keep / "ray-start.log")
+            shutil.copytree(head.temp_dir / "session_latest" / "logs", keep / "ray-logs",
+                            dirs_exist_ok=True)
+        with contextlib.suppress(Exception):
+            head.stop()
 
     def __len__(self) -> int:
         with self._lock:

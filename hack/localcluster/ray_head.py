@@ -127,6 +127,7 @@ class RayHead:
         root: Path | None = None,
         token: str | None = None,
         mounts: list[Mount] | None = None,
+        dashboard_port: int | None = None,
     ) -> RayHead:
         """Start a head on ``ip`` and wait (bounded by ``timeout``) until its Jobs API answers.
 
@@ -136,6 +137,7 @@ class RayHead:
         ``stop()``. ``token`` is the cluster's auth token (default: a fresh one). ``mounts``
         run the head — and every Ray process and job under it — in a private mount namespace
         with those bind mounts (their targets must exist: ``mountns.Mountpoints.ensure``).
+        ``dashboard_port`` insists on that Jobs API port instead of falling back to a free one.
         """
         root = Path(root) if root else Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
         root.mkdir(parents=True, exist_ok=True)
@@ -143,7 +145,10 @@ class RayHead:
         token_file.write_text(token or secrets.token_hex(32))
         token_file.chmod(0o600)
         ports = _reserve_ports(ip, 9)
-        dashboard = DASHBOARD_PORT if _port_free(ip, DASHBOARD_PORT) else ports.pop()
+        if dashboard_port is not None:
+            dashboard = dashboard_port  # a Service port that clients already know
+        else:
+            dashboard = DASHBOARD_PORT if port_free(ip, DASHBOARD_PORT) else ports.pop()
         worker_low = _free_block(ip, _WORKER_PORTS, exclude=set(ports) | {dashboard})
         head_env = {
             "RAY_AUTH_MODE": "token",
@@ -274,7 +279,7 @@ class RayHead:
 # --- ports --------------------------------------------------------------------------------------
 
 
-def _port_free(ip: str, port: int) -> bool:
+def port_free(ip: str, port: int) -> bool:
     """Bindable both on ``ip`` and on the wildcard address (Ray binds some ports on 0.0.0.0,
     and a wildcard bind fails if any address holds the port)."""
     for host in ("", ip):
@@ -291,7 +296,7 @@ def _reserve_ports(ip: str, count: int) -> list[int]:
     low, high = _PORT_RANGE
     for _ in range(count * 50):
         port = random.randrange(low, high)
-        if port not in chosen and _port_free(ip, port):
+        if port not in chosen and port_free(ip, port):
             chosen.append(port)
             if len(chosen) == count:
                 return chosen
@@ -303,7 +308,7 @@ def _free_block(ip: str, size: int, exclude: set[int]) -> int:
     for _ in range(50):
         base = random.randrange(low, high - size)
         block = range(base, base + size)
-        if not exclude.intersection(block) and all(_port_free(ip, p) for p in block):
+        if not exclude.intersection(block) and all(port_free(ip, p) for p in block):
             return base
     raise StartupError(f"could not find {size} consecutive free ports in {_PORT_RANGE} on {ip}")
 
