@@ -2,7 +2,8 @@
 
 Every process runs in its own session (so a stop reaches its whole process group) and, on Linux,
 receives SIGKILL if the Python process that started it dies — a crashed or killed test run never
-leaves etcd or an API server behind.
+leaves etcd or an API server behind. (Linux ties that signal to the *thread* that started the
+process: start long-lived processes from long-lived threads.)
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import os
 import shutil
 import socket
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -73,6 +74,7 @@ class LocalRayHeads:
         self._stopping = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="ray-head-reaper", daemon=True)
         self._reaper.start()
+        self._starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ray-head-starter")
 
     def host_aliases(self, pod: dict) -> dict[str, list[str]]:
         """The driver runner's hook: resolve the head the driver addresses, starting it."""
@@ -98,7 +100,10 @@ class LocalRayHeads:
             if not pods:
                 raise podspec.PodSpecError(f"RayCluster {namespace}/{cluster} has no head pod")
             pod = self.core.api_client.sanitize_for_serialization(pods[0])
-            head = self._start(namespace, cluster, pod)
+            # Started from a thread that lives as long as this object: a head dies with the
+            # thread that started it (PR_SET_PDEATHSIG follows threads), and the caller is a
+            # driver pod's thread, which ends with that pod.
+            head = self._starter.submit(self._start, namespace, cluster, pod).result()
             self._heads[key] = head
             self._uids[key] = rc["metadata"]["uid"]
             return head
@@ -160,6 +165,7 @@ class LocalRayHeads:
             heads, self._heads = list(self._heads.items()), {}
         for key, head in heads:
             self._stop(key, head)
+        self._starter.shutdown()
 
     def _stop(self, key: tuple[str, str], head: RayHead) -> None:
         """Stop a head, keeping its logs next to the pod's files (its own directory is short

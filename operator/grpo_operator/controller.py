@@ -169,12 +169,14 @@ class Controller:
                 for obj in (
                     identity.service_account(run), identity.role(run),
                     identity.role_binding(run), identity.auth_secret(run, self.new_token()),
-                    configmaps.report_config_map(run), configmaps.run_config_map(run, config),
-                    ray_cluster(spec, run),
+                    configmaps.report_config_map(run), ray_cluster(spec, run),
                 ):
                     k.create_if_absent(obj)
+                k.ensure_config_map(configmaps.run_config_map(run, config))
             elif action == Action.ENSURE_DRIVER_JOB:
                 k.create_if_absent(driver_job(spec, run, attempt))
+            elif action == Action.DELETE_DRIVER_JOB:
+                k.delete("batch/v1", "Job", run.namespace, ChildNames(run.name).driver_job(attempt))
             elif action == Action.DELETE_RAY_CLUSTER:
                 k.delete("ray.io/v1", "RayCluster", run.namespace, ChildNames(run.name).ray_cluster)
 

@@ -46,10 +46,9 @@ class DriverEnd:
     message: str
 
 
-def driver_end(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> DriverEnd | None:
-    """None while the Job runs. A missing Job counts as a vanished driver."""
-    if job is None:
-        return DriverEnd(False, None, "the driver Job is gone")
+def driver_end(job: dict[str, Any], pods: list[dict[str, Any]]) -> DriverEnd | None:
+    """None while the Job runs. A failed Job whose pod left no exit code (deleted, its node
+    lost) ends with ``exit_code`` None: a vanished driver."""
     complete = _condition(job, "Complete")
     failed = _condition(job, "Failed")
     if complete and complete.get("status") == "True":

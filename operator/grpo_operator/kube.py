@@ -74,6 +74,19 @@ class Kube:
         except dynamic.exceptions.ConflictError:
             return False
 
+    def ensure_config_map(self, obj: dict[str, Any]) -> None:
+        """Create the ConfigMap, or replace its data when it differs (the run config changes
+        with each attempt)."""
+        if self.create_if_absent(obj):
+            return
+        meta = obj["metadata"]
+        self._count()
+        current = self.core.read_namespaced_config_map(meta["name"], meta["namespace"])
+        if (current.data or {}) != obj["data"]:
+            self._count()
+            self.core.patch_namespaced_config_map(meta["name"], meta["namespace"],
+                                                  {"data": obj["data"]})
+
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         """Delete with Background propagation (a Job's pods go too); absent is fine."""
         self._count()

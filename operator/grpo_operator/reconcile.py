@@ -3,7 +3,9 @@ actions to take out. The controller performs the actions after writing the statu
 is recorded before acting and a retried pass finds what the last one made.
 
 Phases handled here: Pending → Accepted → Provisioning → Running → Succeeded | Failed, with
-cleanup after the end. Recovery, suspend, cancel, deadlines and GPU metering extend this table.
+cleanup after the end; Running → Recovering → Running when a driver fails for a retryable
+cause and restarts remain; any phase → Cancelled on ``runPolicy.cancel``. Suspend, deadlines
+and GPU metering extend this table.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from enum import StrEnum
 from typing import Any
 
 from grpo_operator.acceptance import Refusal, accept
-from grpo_operator.api.constants import ConditionType, Outcome, Phase
-from grpo_operator.api.exit_codes import classify_exit
+from grpo_operator.api.constants import ConditionType, Outcome, Phase, Reason
+from grpo_operator.api.exit_codes import ExitCode, classify_exit
 from grpo_operator.api.report import Report, ReportError, is_stale, parse_report
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.api.status import (
@@ -39,6 +41,7 @@ STEADY_REQUEUE_SECONDS = 5.0
 class Action(StrEnum):
     ENSURE_RUN_CHILDREN = "EnsureRunChildren"  # identity, auth Secret, ConfigMaps, RayCluster
     ENSURE_DRIVER_JOB = "EnsureDriverJob"
+    DELETE_DRIVER_JOB = "DeleteDriverJob"  # the current attempt's (SIGTERM: it checkpoints)
     DELETE_RAY_CLUSTER = "DeleteRayCluster"
 
 
@@ -184,8 +187,28 @@ def _finish_driver(d: Decision, o: Observed, end: DriverEnd, report: Report | No
              report)
         return
     disposition = classify_exit(end.exit_code)
-    _end(d, o, Outcome.FAILED, str(disposition.reason),
-         f"{disposition.message}: {end.message}".strip(": "), report)
+    message = f"{disposition.message}: {end.message}".strip(": ")
+    # A driver stopped without a suspension being asked for (its pod deleted, its node
+    # drained) checkpointed and exited SUSPENDED: for the run that is an interruption.
+    interrupted = end.exit_code == ExitCode.SUSPENDED
+    if not (disposition.retryable or interrupted):
+        _end(d, o, Outcome.FAILED, str(disposition.reason), message, report)
+        return
+    s = d.status
+    if s.recovery.restarts >= o.spec.run_policy.max_restarts:
+        _end(d, o, Outcome.FAILED, str(Reason.MAX_RESTARTS_EXCEEDED),
+             f"{message}; no restarts left (runPolicy.maxRestarts={s.recovery.max_restarts})",
+             report)
+        return
+    s.recovery.restarts += 1
+    reason = "Interrupted" if interrupted else str(disposition.reason)
+    _start_attempt(d, o, s.recovery.attempt + 1, reason)
+    _condition(d, o, ConditionType.RECOVERING, True, reason,
+               f"attempt {s.recovery.attempt} resumes from the latest checkpoint: {message}")
+    _condition(d, o, ConditionType.RUNNING, False, reason, message)
+    _phase(d, o, Phase.RECOVERING, f"attempt {s.recovery.attempt} after: {message}")
+    d.actions.append(Action.ENSURE_RUN_CHILDREN)  # the run config of the new attempt
+    d.requeue_after = FAST_REQUEUE_SECONDS
 
 
 def decide(o: Observed) -> Decision:
@@ -218,12 +241,22 @@ def decide(o: Observed) -> Decision:
     health = cluster_health(o.ray_cluster, o.spec.resources.workers)
     _condition(d, o, ConditionType.CLUSTER_READY, health == ClusterHealth.HEALTHY, str(health))
 
-    if s.phase in (Phase.ACCEPTED, Phase.PROVISIONING):
+    if o.spec.run_policy.cancel:
+        if s.children.driver_job:
+            d.actions.append(Action.DELETE_DRIVER_JOB)
+        _end(d, o, Outcome.CANCELLED, str(Reason.CANCELLED), "runPolicy.cancel is set", None)
+        return d
+
+    if s.phase in (Phase.ACCEPTED, Phase.PROVISIONING, Phase.RECOVERING):
         d.actions.append(Action.ENSURE_RUN_CHILDREN)
         if health != ClusterHealth.HEALTHY:
-            _phase(d, o, Phase.PROVISIONING, "waiting for the RayCluster to be ready")
+            if s.phase != Phase.RECOVERING:
+                _phase(d, o, Phase.PROVISIONING, "waiting for the RayCluster to be ready")
             d.requeue_after = FAST_REQUEUE_SECONDS
             return d
+        if s.phase == Phase.RECOVERING:
+            _condition(d, o, ConditionType.RECOVERING, False, "Resumed",
+                       f"attempt {s.recovery.attempt} started")
         _phase(d, o, Phase.RUNNING, f"RayCluster ready; starting attempt {s.recovery.attempt}")
         _condition(d, o, ConditionType.RUNNING, True, "DriverStarted",
                    f"driver Job {s.children.driver_job}")
@@ -237,7 +270,10 @@ def decide(o: Observed) -> Decision:
         d.events.append(problem)
     if report is not None:
         _mirror(d, o, report)
-    end = driver_end(o.driver_job, o.driver_pods)
+    # A missing Job of the current attempt is (re)created under the same name: the operator
+    # may have stopped between recording the attempt and creating it, and a new driver attaches
+    # to the attempt's Ray job by its submission id instead of starting another.
+    end = driver_end(o.driver_job, o.driver_pods) if o.driver_job is not None else None
     if end is None:
         d.actions.append(Action.ENSURE_DRIVER_JOB)
         d.requeue_after = FAST_REQUEUE_SECONDS if o.driver_job is None else STEADY_REQUEUE_SECONDS

@@ -156,9 +156,8 @@ def test_success_needs_the_terminal_report_with_an_artifact():
 
 @pytest.mark.parametrize(("code", "reason"), [
     (10, "InvalidInput"), (11, "FrozenInputChanged"), (12, "BudgetExhausted"),
-    (14, "RetryableFailure"), (137, "Killed"), (1, "UnexpectedExit"),
 ])
-def test_a_failed_driver_ends_the_run_with_the_cause(code, reason):
+def test_a_non_retryable_failure_ends_the_run_with_the_cause(code, reason):
     d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
                        driver_pods=[_pod(code)]))
     assert d.status.phase == "Failed"
@@ -184,3 +183,53 @@ def test_cleanup_receipt_only_once_the_cluster_is_gone():
     assert gone.requeue_after is None
     again = decide(observe(gone.status, ray_cluster=None))
     assert again.status == gone.status and again.events == []
+
+
+@pytest.mark.parametrize(("code", "reason"), [
+    (14, "RetryableFailure"), (137, "Killed"), (1, "UnexpectedExit"), (None, "PodVanished"),
+    (13, "Interrupted"),  # SUSPENDED without a suspension asked for: the pod was deleted
+])
+def test_a_retryable_failure_starts_the_next_attempt_on_the_same_cluster(code, reason):
+    pods = [] if code is None else [_pod(code)]
+    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+                       driver_pods=pods))
+    s = d.status
+    assert s.phase == "Recovering"
+    assert (s.recovery.attempt, s.recovery.restarts) == (2, 1)
+    assert s.children.driver_job == "r-a2"
+    assert [(h.attempt, h.reason) for h in s.recovery.history] == [(1, "Started"), (2, reason)]
+    assert s.condition("Recovering").status == "True"
+    assert d.actions == [Action.ENSURE_RUN_CHILDREN]  # the new attempt's run config
+    assert Action.DELETE_RAY_CLUSTER not in d.actions  # the warm cluster is kept
+    resumed = decide(observe(s, ray_cluster=HEALTHY_RC))
+    assert resumed.status.phase == "Running"
+    assert resumed.actions == [Action.ENSURE_RUN_CHILDREN, Action.ENSURE_DRIVER_JOB]
+    assert resumed.status.condition("Recovering").status == "False"
+
+
+def test_no_restart_left_fails_the_run():
+    status = running_status()
+    status.recovery.restarts = SPEC.run_policy.max_restarts
+    d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+                       driver_pods=[_pod(14)]))
+    assert d.status.phase == "Failed"
+    assert d.status.terminal.reason == "MaxRestartsExceeded"
+
+
+def test_cancel_ends_the_run_keeping_its_ledger():
+    status = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                            report_data=report(3, steps=2))).status
+    cancelled = SPEC.model_copy(update={"run_policy": SPEC.run_policy.model_copy(
+        update={"cancel": True})})
+    d = decide(Observed(name="r", generation=2, spec=cancelled, status=status, now=NOW,
+                        ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB))
+    assert d.status.phase == "Cancelled"
+    assert d.status.terminal.outcome == "Cancelled"
+    assert d.status.ledger.completed_steps == 2
+    assert d.actions == [Action.DELETE_DRIVER_JOB, Action.DELETE_RAY_CLUSTER]
+
+
+def test_a_missing_driver_job_is_created_again_under_the_same_attempt():
+    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=None))
+    assert d.status.phase == "Running" and d.status.recovery.attempt == 1
+    assert Action.ENSURE_DRIVER_JOB in d.actions
