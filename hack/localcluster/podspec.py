@@ -175,24 +175,28 @@ def materialise_volumes(pod: dict, pod_dir: Path, source: ObjectSource) -> dict[
         paths[name] = local
         if "emptyDir" in volume:
             continue
-        if "configMap" in volume:
-            ref = volume["configMap"]
-            data = _encoded(source.config_map(ns, ref["name"]))
-            if data is None and not ref.get("optional"):
-                raise PodSpecError(f"ConfigMap {ns}/{ref['name']} not found")
-            _write_items(local, data or {}, ref.get("items"))
-        elif "secret" in volume:
-            ref = volume["secret"]
-            data = source.secret(ns, ref["secretName"])
-            if data is None and not ref.get("optional"):
-                raise PodSpecError(f"Secret {ns}/{ref['secretName']} not found")
-            _write_items(local, data or {}, ref.get("items"))
+        if "configMap" in volume or "secret" in volume:
+            _write_object_keys(volume, ns, local, source)
         elif "projected" in volume:
             _project(pod, volume["projected"], local, source)
         else:
             kinds = sorted(set(volume) - {"name"})
             raise PodSpecError(f"volume {name}: source {kinds} is not supported by the harness")
     return paths
+
+
+def _write_object_keys(item: dict, ns: str, local: Path, source: ObjectSource) -> None:
+    """A ConfigMap's or Secret's keys as files (a volume source or a projected one; a Secret
+    volume names its Secret ``secretName``, a projected one ``name``)."""
+    if "configMap" in item:
+        ref, kind = item["configMap"], "ConfigMap"
+        data = _encoded(source.config_map(ns, ref["name"]))
+    else:
+        ref, kind = item["secret"], "Secret"
+        data = source.secret(ns, ref.get("secretName") or ref["name"])
+    if data is None and not ref.get("optional"):
+        raise PodSpecError(f"{kind} {ns}/{ref.get('secretName') or ref['name']} not found")
+    _write_items(local, data or {}, ref.get("items"))
 
 
 def _project(pod: dict, projected: dict, local: Path, source: ObjectSource) -> None:
@@ -204,18 +208,8 @@ def _project(pod: dict, projected: dict, local: Path, source: ObjectSource) -> N
                 pod, sat.get("audience"), sat.get("expirationSeconds", 3607)
             )
             (local / sat["path"]).write_text(token)
-        elif "configMap" in item:
-            ref = item["configMap"]
-            data = _encoded(source.config_map(ns, ref["name"]))
-            if data is None and not ref.get("optional"):
-                raise PodSpecError(f"ConfigMap {ns}/{ref['name']} not found")
-            _write_items(local, data or {}, ref.get("items"))
-        elif "secret" in item:
-            ref = item["secret"]
-            data = source.secret(ns, ref["name"])
-            if data is None and not ref.get("optional"):
-                raise PodSpecError(f"Secret {ns}/{ref['name']} not found")
-            _write_items(local, data or {}, ref.get("items"))
+        elif "configMap" in item or "secret" in item:
+            _write_object_keys(item, ns, local, source)
         elif "downwardAPI" in item:
             for entry in item["downwardAPI"].get("items") or []:
                 value = _field(pod, entry["fieldRef"]["fieldPath"])
