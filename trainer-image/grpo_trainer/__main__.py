@@ -14,12 +14,14 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from grpo_trainer import frozen_inputs
 from grpo_trainer import run as trainer_run
 from grpo_trainer.driver import cli as driver_cli
 
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     driver_cli.register,
     trainer_run.register,  # `run`: train (grpo_trainer/run.py)
+    frozen_inputs.register,  # `digest`: a frozen input's digest (grpo_trainer/frozen_inputs.py)
 )
 
 

@@ -1,40 +1,68 @@
-"""The run's account of itself while it trains: the cumulative ledger, reported after every
-step, and the terminal report with the artifact's digest at the end."""
+"""The run's account of itself while it trains: the cumulative cost ledger (tokens counted as
+completions are sealed, steps as they complete), the recovery section (last checkpoint, resumed
+step, rollout reuse counts), and the reports that carry them."""
 
 from __future__ import annotations
 
 import datetime
+import logging
 import shutil
 from pathlib import Path
 
 from grpo_operator.api.checkpoint_layout import DIGEST_MANIFEST_FILE
 from grpo_operator.api.constants import Outcome, Reason
 from grpo_operator.api.digest import DigestManifest
-from grpo_operator.api.report import TrainerState
-from grpo_operator.api.status import ArtifactRef, TrainerLedger, TrainerTerminal
+from grpo_operator.api.report import ReportError, TrainerState
+from grpo_operator.api.status import (
+    MAX_MESSAGE_LENGTH,
+    ArtifactRef,
+    CheckpointRef,
+    RolloutReuse,
+    TrainerLedger,
+    TrainerRecovery,
+    TrainerTerminal,
+)
 from grpo_trainer.reporting import Reporter
 from grpo_trainer.step_metrics import StepMetrics
+
+log = logging.getLogger(__name__)
 
 
 class RunProgress:
     def __init__(self, reporter: Reporter, planned_steps: int):
         self.reporter = reporter
         self.ledger = TrainerLedger(planned_steps=planned_steps)
+        self.recovery = TrainerRecovery()
+        self.rollouts = None  # the RolloutLedger whose counts go into reports
 
     def started(self) -> None:
-        self.reporter.publish(TrainerState.STARTING, self.ledger)
+        self._publish(TrainerState.STARTING)
 
-    def after_step(self, trainer, metrics: StepMetrics) -> None:
-        """The trainer's after-step hook."""
+    def add_tokens(self, prompt_tokens: int, generated_tokens: int) -> None:
+        """Cost ledger: a completion was sealed (the Trainer's ``on_tokens`` hook)."""
+        self.ledger.prompt_tokens += prompt_tokens
+        self.ledger.generated_tokens += generated_tokens
+
+    def record_step(self, trainer, metrics: StepMetrics) -> None:
+        """After-step hook: the step's figures into the ledger (published by ``running``)."""
         led = self.ledger
         led.completed_steps = metrics.step
-        led.prompt_tokens += metrics.prompt_tokens
-        led.generated_tokens += metrics.generated_tokens
         led.reward_mean = metrics.reward_mean
         led.reward_std = metrics.reward_std
         led.kl = metrics.kl
         led.tokens_per_second = metrics.tokens_per_second
-        self.reporter.publish(TrainerState.RUNNING, led)
+
+    def running(self, trainer=None, metrics: StepMetrics | None = None) -> None:
+        """After-step hook (last): publish the Running report."""
+        self._publish(TrainerState.RUNNING)
+
+    def checkpointed(self, step: int, path: Path, sha256: str,
+                     time: datetime.datetime) -> None:
+        self.recovery.last_checkpoint = CheckpointRef(step=step, path=str(path), sha256=sha256,
+                                                      time=time)
+
+    def suspended(self) -> None:
+        self._publish(TrainerState.SUSPENDED)
 
     def succeeded(self, artifact: Path, step: int) -> TrainerTerminal:
         terminal = TrainerTerminal(
@@ -44,18 +72,30 @@ class RunProgress:
             finished_time=_now(),
             artifact=ArtifactRef(path=str(artifact), step=step, sha256=seal(artifact)),
         )
-        self.reporter.publish(TrainerState.FINISHED, self.ledger, terminal=terminal)
+        self._publish(TrainerState.FINISHED, terminal)
         return terminal
 
     def failed(self, reason: Reason, message: str) -> None:
+        if len(message) > MAX_MESSAGE_LENGTH:
+            message = message[: MAX_MESSAGE_LENGTH - 3] + "..."
         terminal = TrainerTerminal(outcome=Outcome.FAILED, reason=reason, message=message,
                                    finished_time=_now())
-        self.reporter.publish(TrainerState.FINISHED, self.ledger, terminal=terminal)
+        self._publish(TrainerState.FINISHED, terminal)
+
+    def _publish(self, state: TrainerState, terminal: TrainerTerminal | None = None) -> None:
+        """Publish; a report that cannot be written is logged and skipped (the next one
+        carries everything again), never fatal to training."""
+        if self.rollouts is not None:
+            self.recovery.rollout = RolloutReuse(**self.rollouts.counts.model_dump())
+        try:
+            self.reporter.publish(state, self.ledger, self.recovery, terminal=terminal)
+        except (OSError, ReportError, ValueError) as err:
+            log.warning("could not publish the %s report: %s", state, err)
 
 
 def seal(directory: Path) -> str:
     """Write the digest manifest of ``directory`` into it; return the digest (what a user
-    checks with ``python -m grpo_trainer digest DIR``)."""
+    checks with ``python -m grpo_trainer digest --sealed DIR``)."""
     manifest = DigestManifest.for_directory(directory, exclude=[DIGEST_MANIFEST_FILE])
     (directory / DIGEST_MANIFEST_FILE).write_text(manifest.render())
     return manifest.digest

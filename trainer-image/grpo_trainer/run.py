@@ -5,8 +5,9 @@ once here. Ray: with ``RAY_ADDRESS`` set (a Ray job on the RayCluster) the train
 cluster, otherwise ``ray.init()`` starts a local one for the process's lifetime. The final
 model is written as a Hugging Face directory (config, safetensors, tokenizer) to the run's
 ``artifact/`` directory (``CheckpointLayout``), sealed with its digest manifest. The trainer's
-reports (``reporting.py``) go to stdout, where the driver relays them; checkpoints and budgets
-are not wired in yet (``Trainer``'s ``after_step`` hooks are where they go).
+reports (``reporting.py``) go to stdout, where the driver relays them. Frozen inputs,
+checkpoints, resume, the rollout journal, the budget and SIGTERM are ``attempt.py``'s
+(``docs/durability.md``).
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 @contextlib.contextmanager
 def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner_ranks=None,
-              after_step=()):
+              **trainer_options):
     """Build the data, placement group, learner ranks and engines of ``spec`` (a
-    ``GRPORunSpec``) on the current Ray cluster, yield a ``Trainer`` (calling ``after_step``
-    hooks after each step), tear everything down."""
+    ``GRPORunSpec``) on the current Ray cluster, yield a ``Trainer`` (``trainer_options``:
+    its ``after_step``, ``rollouts``, ``gates``, ``on_tokens``, ``interrupt``), tear
+    everything down."""
     import ray
     from transformers import AutoTokenizer
 
@@ -108,7 +110,7 @@ def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner
         pad_id = tokenizer.pad_token_id
         pad_id = tokenizer.eos_token_id if pad_id is None else pad_id
         yield Trainer(config, dataset, reward_fn, engines, learners, pad_id or 0, plan.colocated,
-                      after_step=after_step)
+                      **trainer_options)
     finally:
         if engines is not None:
             engines.shutdown()
@@ -139,18 +141,20 @@ def ray_session() -> Iterator[None]:
 def main(args: argparse.Namespace) -> int:
     """Train as the run config says; every exit is announced (``announce_exit``) so the driver
     learns the code even from a job Ray marks STOPPED."""
-    code = _train(args)
+    try:
+        code = _train(args)
+    except Exception:  # a lost actor, an engine error, a bug: resume from the checkpoint
+        log.exception("the attempt failed")
+        code = ExitCode.RETRYABLE_FAILURE
     announce_exit(int(code))
-    return code
+    return int(code)
 
 
-def _train(args: argparse.Namespace) -> int:
-    from grpo_operator.api.checkpoint_layout import ARTIFACT_DIR
-    from grpo_operator.api.constants import Reason
+def _train(args: argparse.Namespace) -> ExitCode:
     from grpo_operator.api.run_config import RunConfig, RunConfigError
-    from grpo_trainer.data import DatasetError
-    from grpo_trainer.progress import RunProgress, replace_dir
+    from grpo_trainer.attempt import run_attempt
     from grpo_trainer.reporting import Reporter
+    from grpo_trainer.signals import StopRequest
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     try:
@@ -158,25 +162,16 @@ def _train(args: argparse.Namespace) -> int:
     except RunConfigError as err:
         log.error("invalid run config: %s", err)
         return ExitCode.INVALID_INPUT
-    progress = RunProgress(Reporter(config.attempt), config.spec.algorithm.max_steps)
-    progress.started()
-    artifact = Path(config.paths.checkpoint_dir) / ARTIFACT_DIR
-    staging = artifact.with_name(artifact.name + ".tmp")
-    try:
-        with ray_session(), start_run(
-            config.spec, config.paths.model_dir, config.paths.train_file,
-            after_step=[progress.after_step],
+    paths = config.paths
+    stop = StopRequest()
+
+    @contextlib.contextmanager
+    def start(**trainer_options):
+        # Ray starts only once the inputs are verified; the SIGTERM handler goes in after
+        # ray.init, which installs its own for a local cluster.
+        with ray_session(), stop.installed(), start_run(
+            config.spec, paths.model_dir, paths.train_file, **trainer_options
         ) as trainer:
-            history = trainer.train()
-            trainer.learners.save_model(str(staging))
-    except DatasetError as err:
-        log.error("invalid dataset: %s", err)
-        progress.failed(Reason.INVALID_INPUT, f"invalid dataset: {err}")
-        return ExitCode.INVALID_INPUT
-    replace_dir(staging, artifact)
-    terminal = progress.succeeded(artifact, trainer.step)
-    last = history[-1] if history else None
-    log.info("done: %d steps, final model in %s (sha256 %s)%s", trainer.step, artifact,
-             terminal.artifact.sha256,
-             f", last reward {last.reward_mean:.3f}" if last else "")
-    return ExitCode.SUCCESS
+            yield trainer
+
+    return run_attempt(config, start, Reporter(config.attempt), stop)

@@ -39,6 +39,8 @@ class StepMetrics:
     time_learn_s: float
     time_sync_s: float
     time_step_s: float
+    prompt_indices: tuple[int, ...] = ()  # the sampled dataset rows (sampler order)
+    scores: tuple[float, ...] = ()  # every completion's reward, group by group
 
     def to_dict(self) -> dict[str, float | int | None]:
         return asdict(self)

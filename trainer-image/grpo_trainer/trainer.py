@@ -2,9 +2,10 @@
 
 ``Trainer`` owns no Ray actors of its own making: it is handed an ``EnginePool``, a
 ``LearnerGroup``, the prompts and a reward function, so tests and the CLI wire it the same way
-(``grpo_trainer.run``). After every step it calls its ``after_step`` hooks with the step's
-``StepMetrics``: that is where a reporter (Kubernetes status) and checkpointing plug in, using
-``state_dict()`` for the driver-side state (step, sampler).
+(``grpo_trainer.run``). Rollouts go through a ``RolloutLedger`` (prompt-group lineage; with a
+journal they survive a crash). Before every step its ``gates`` may stop the run (budget,
+SIGTERM); after every step it calls its ``after_step`` hooks with the step's ``StepMetrics``:
+the reporter and checkpoints (``attempt.py``), using ``state_dict()`` for the driver-side state.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from grpo_trainer.algorithm_settings import AlgorithmSettings
 from grpo_trainer.batch import build_batch
 from grpo_trainer.data import PromptDataset
+from grpo_trainer.journal.ledger import SIBLING, RolloutLedger
 from grpo_trainer.learner.group import LearnerGroup
 from grpo_trainer.learner.update import UpdatePlan
 from grpo_trainer.rollout.engine import SamplingSettings
@@ -31,6 +35,10 @@ log = logging.getLogger(__name__)
 
 RewardFn = Callable[[str, str], float]
 AfterStepHook = Callable[["Trainer", StepMetrics], None]
+Gate = Callable[["Trainer"], str | None]
+"""Returns why the run must stop before the next step (None: go on)."""
+TokenHook = Callable[[int, int], None]
+"""Called with (prompt tokens, generated tokens) of each sealed completion."""
 MAX_AUTO_MICRO_BATCH = 16
 
 
@@ -104,6 +112,10 @@ class Trainer:
         pad_id: int,
         colocated: bool = False,
         after_step: Sequence[AfterStepHook] = (),
+        rollouts: RolloutLedger | None = None,
+        gates: Sequence[Gate] = (),
+        on_tokens: TokenHook | None = None,
+        interrupt: Callable[[], bool] = lambda: False,
     ) -> None:
         self.config = config
         self.dataset = dataset
@@ -113,6 +125,11 @@ class Trainer:
         self.pad_id = pad_id
         self.colocated = colocated
         self.after_step = list(after_step)
+        self.rollouts = rollouts or RolloutLedger(SIBLING)
+        self.gates = list(gates)
+        self.on_tokens = on_tokens
+        self.interrupt = interrupt  # True: abandon the step after its rollouts (SIGTERM)
+        self.stopped: str | None = None  # why train() returned early
         self.plan = config.update_plan(learners.world_size)
         self.sampler = PromptSampler(len(dataset), config.prompts_per_step, config.seed)
         self.sampling = SamplingSettings(
@@ -124,23 +141,42 @@ class Trainer:
         self.step = 0  # optimizer steps completed (the weights' version)
 
     def state_dict(self) -> dict[str, Any]:
-        """Driver-side state a checkpoint needs (the learners hold model and optimizer)."""
-        return {"step": self.step, "sampler": self.sampler.state_dict()}
+        """Driver-side state a checkpoint needs (the learners hold model and optimizer; the
+        rollout ledger is saved apart). JSON-serialisable."""
+        version, internal, gauss = random.getstate()
+        return {
+            "step": self.step,
+            "sampler": self.sampler.state_dict(),
+            "python_rng": [version, list(internal), gauss],
+            "torch_rng": torch.get_rng_state().tolist(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = state["step"]
         self.sampler.load_state_dict(state["sampler"])
+        version, internal, gauss = state["python_rng"]
+        random.setstate((version, tuple(internal), gauss))
+        torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
 
     def train(self) -> list[StepMetrics]:
-        """Sync the engines with the learners, then step until ``max_steps``."""
+        """Sync the engines with the learners, then step until ``max_steps`` or until a gate
+        or an interrupt stops the run (``self.stopped`` says why)."""
         self.sync_weights()
         history = []
+        self.stopped = None
         while self.step < self.config.max_steps:
+            self.stopped = next((r for gate in self.gates if (r := gate(self))), None)
+            if self.stopped:
+                break
             metrics = self.train_step()
+            if metrics is None:
+                break
             log.info("%s", metrics.progress_line())
             for hook in self.after_step:
                 hook(self, metrics)
             history.append(metrics)
+        if self.stopped:
+            log.warning("stopping before step %d: %s", self.step + 1, self.stopped)
         return history
 
     def sync_weights(self) -> float:
@@ -158,25 +194,28 @@ class Trainer:
         base = random.Random(f"{self.config.seed}/{self.step}").getrandbits(48)
         return [base + i * self.config.group_size for i in range(count)]
 
-    def train_step(self) -> StepMetrics:
-        """One GRPO step; returns its metrics (``self.step`` is then one higher)."""
+    def train_step(self) -> StepMetrics | None:
+        """One GRPO step; returns its metrics (``self.step`` is then one higher), or None when
+        ``interrupt`` abandoned it after its rollouts (``self.step`` unchanged)."""
         t0 = time.perf_counter()
 
-        # 1. Sample this step's prompts (seeded, resumable).
-        rows = [self.dataset.rows[i] for i in self.sampler.next_batch()]
+        # 1. Sample this step's prompts (seeded, resumable) and open their prompt groups.
+        sampler_state = self.sampler.state_dict()  # to rewind an abandoned step
+        indices = self.sampler.next_batch()
+        rows = [self.dataset.rows[i] for i in indices]
         prompts = [list(row.prompt_ids) for row in rows]
+        self.rollouts.open_step(self.step, [row.index for row in rows],
+                                self._seeds(len(rows)), self.config.group_size)
 
-        # 2. Generate groupSize completions per prompt (token ids in and out).
-        groups = self.engines.generate(prompts, self._seeds(len(prompts)), self.sampling)
-        t1 = time.perf_counter()
-
-        # 3. Score every completion against its prompt's ground truth.
-        scores = [
-            float(self.reward_fn(c.text, row.ground_truth))
-            for row, group in zip(rows, groups, strict=True)
-            for c in group
-        ]
+        # 2-3. Generate what the ledger still lacks, score and seal each completion.
+        reward_s = self._rollouts(rows)
+        groups, scores = self.rollouts.batch()
         t2 = time.perf_counter()
+        t1 = t2 - reward_s  # generating and scoring interleave; scoring time is summed apart
+        if self.interrupt():  # the step is redone on resume, from the journaled rollouts
+            self.sampler.load_state_dict(sampler_state)
+            self.stopped = "interrupted after the step's rollouts (they are journaled)"
+            return None
 
         # 4. Group-relative advantages and the padded batch.
         batch = build_batch(
@@ -194,12 +233,43 @@ class Trainer:
         # 6. Sync the new weights into the engines.
         sync_s = self.sync_weights()
         self.step += 1
+        self.rollouts.close_step()
         t4 = time.perf_counter()
 
         # 7. Metrics.
-        return self._metrics(groups, prompts, batch["scores"], learn, t0, t1, t2, t3, t4, sync_s)
+        return self._metrics(groups, prompts, batch["scores"], learn, t0, t1, t2, t3, t4, sync_s,
+                             tuple(indices))
 
-    def _metrics(self, groups, prompts, scores, learn, t0, t1, t2, t3, t4, sync_s) -> StepMetrics:
+    def _rollouts(self, rows) -> float:
+        """Generate the missing completions of the open groups, score and seal each one;
+        returns the seconds spent in the reward function."""
+        requests = self.rollouts.requests()
+        if not requests:
+            return 0.0
+        attempts = self.rollouts.dispatch(requests)
+        by_group = {f"{self.step}.{p}": row for p, row in enumerate(rows)}
+        try:
+            outputs = self.engines.generate(
+                [list(by_group[r.group_id].prompt_ids) for r in requests],
+                [r.seed for r in requests], self.sampling, counts=[r.n for r in requests])
+        except Exception:
+            self.rollouts.fail([a for ids in attempts for a in ids])
+            raise
+        reward_s = 0.0
+        for req, ids, completions in zip(requests, attempts, outputs, strict=True):
+            row = by_group[req.group_id]
+            for attempt_id, completion in zip(ids, completions, strict=True):
+                start = time.perf_counter()
+                score = float(self.reward_fn(completion.text, row.ground_truth))
+                reward_s += time.perf_counter() - start
+                self.rollouts.seal(req.group_id, attempt_id, completion, score,
+                                   len(row.prompt_ids))
+                if self.on_tokens is not None:
+                    self.on_tokens(len(row.prompt_ids), len(completion.token_ids))
+        return reward_s
+
+    def _metrics(self, groups, prompts, scores, learn, t0, t1, t2, t3, t4, sync_s,
+                 indices) -> StepMetrics:
         completions = [c for group in groups for c in group]
         lengths = [len(c.token_ids) for c in completions]
         generated = sum(lengths)
@@ -230,4 +300,6 @@ class Trainer:
             time_learn_s=t3 - t2,
             time_sync_s=sync_s,
             time_step_s=t4 - t0,
+            prompt_indices=indices,
+            scores=tuple(float(x) for x in scores.tolist()),
         )

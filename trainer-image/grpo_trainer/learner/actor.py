@@ -15,10 +15,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from grpo_operator.api.checkpoint_layout import MODEL_SUBDIR
 from grpo_trainer.algorithm_settings import AlgorithmSettings
 from grpo_trainer.learner.forward import batched_logprobs
 from grpo_trainer.learner.parallel import DataParallel
 from grpo_trainer.learner.update import UpdatePlan, update_policy
+
+LEARNER_SUBDIR = "learner"
+"""A checkpoint's per-rank optimizer and RNG states (``rank_<r>.pt``)."""
 
 
 @dataclass(frozen=True)
@@ -131,16 +135,53 @@ class LearnerRank:
 
     def save_model(self, out_dir: str) -> str | None:
         """Every rank calls; rank 0 writes an HF directory (config, safetensors, tokenizer)."""
+        state = self.dp.full_state_dict(self.model)
+        return self._write_hf(Path(out_dir), state) if self.rank == 0 else None
+
+    def _write_hf(self, out: Path, state: dict[str, Tensor]) -> str:
         from transformers import AutoTokenizer
 
-        state = self.dp.full_state_dict(self.model)
-        if self.rank != 0:
-            return None
-        out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(out, state_dict=state, safe_serialization=True)
         AutoTokenizer.from_pretrained(self.settings.model_dir).save_pretrained(out)
         return str(out)
+
+    def save_state(self, checkpoint_dir: str) -> None:
+        """Every rank calls: rank 0 writes ``model/`` (HF directory), every rank its optimizer
+        state and RNG states to ``learner/rank_<r>.pt``."""
+        root = Path(checkpoint_dir)
+        state = self.dp.full_state_dict(self.model)
+        if self.rank == 0:
+            self._write_hf(root / MODEL_SUBDIR, state)
+        (root / LEARNER_SUBDIR).mkdir(parents=True, exist_ok=True)
+        rng = {"torch": torch.get_rng_state()}
+        if self.settings.use_gpu:
+            rng["cuda"] = torch.cuda.get_rng_state()
+        torch.save(
+            {"world_size": self.world_size, "optimizer": self.optimizer.state_dict(), "rng": rng},
+            root / LEARNER_SUBDIR / f"rank_{self.rank}.pt",
+        )
+
+    def load_state(self, checkpoint_dir: str) -> None:
+        """Every rank calls: the policy from ``model/``, this rank's optimizer and RNG. CPU
+        replicas hold identical optimizer states, so a changed world size takes rank 0's."""
+        from safetensors.torch import load_file
+
+        root = Path(checkpoint_dir)
+        state: dict[str, Tensor] = {}
+        for path in sorted((root / MODEL_SUBDIR).glob("*.safetensors")):
+            state.update(load_file(path))
+        self.dp.load_full_state_dict(self.model, state)
+        path = root / LEARNER_SUBDIR / f"rank_{self.rank}.pt"
+        saved = torch.load(path if path.exists() else root / LEARNER_SUBDIR / "rank_0.pt",
+                           weights_only=False)
+        if saved["world_size"] != self.world_size and self.settings.use_gpu:
+            raise ValueError(f"checkpoint of {saved['world_size']} sharded learner ranks "
+                             f"cannot resume {self.world_size}")
+        self.optimizer.load_state_dict(saved["optimizer"])
+        torch.set_rng_state(saved["rng"]["torch"])
+        if self.settings.use_gpu and "cuda" in saved["rng"]:
+            torch.cuda.set_rng_state(saved["rng"]["cuda"])
 
     def shutdown(self) -> None:
         if dist.is_initialized():

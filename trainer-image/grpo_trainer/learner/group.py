@@ -59,6 +59,19 @@ class LearnerGroup:
 
         return ray.get([rank.save_model.remote(out_dir) for rank in self.ranks])[0]
 
+    def save_state(self, checkpoint_dir: str) -> None:
+        """The policy (``model/``, HF) and every rank's optimizer and RNG into a checkpoint
+        directory (the ranks and the driver share the checkpoint volume)."""
+        import ray
+
+        ray.get([rank.save_state.remote(checkpoint_dir) for rank in self.ranks])
+
+    def load_state(self, checkpoint_dir: str) -> None:
+        """Restore what ``save_state`` wrote."""
+        import ray
+
+        ray.get([rank.load_state.remote(checkpoint_dir) for rank in self.ranks])
+
     def shutdown(self) -> None:
         import ray
 

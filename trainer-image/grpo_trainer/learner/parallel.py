@@ -68,3 +68,20 @@ class DataParallel:
             options = StateDictOptions(full_state_dict=True, cpu_offload=True)
             return get_model_state_dict(model, options=options)
         return {name: t.detach().cpu() for name, t in model.state_dict().items()}
+
+    def load_full_state_dict(self, model: torch.nn.Module, state: dict[str, Tensor]) -> None:
+        """Load an HF-named full state dict (every rank calls). A tied output embedding that
+        ``save_pretrained`` left out is the only key allowed to be missing."""
+        if self.use_gpu and self.world_size > 1:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                set_model_state_dict,
+            )
+
+            set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+            return
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        tied = getattr(model.config, "tie_word_embeddings", False)
+        if unexpected or any(not (tied and k.endswith("lm_head.weight")) for k in missing):
+            raise ValueError(f"checkpoint weights do not fit the model: missing {missing}, "
+                             f"unexpected {unexpected}")

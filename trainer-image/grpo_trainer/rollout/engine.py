@@ -10,6 +10,8 @@ pre-temperature logprobs).
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass, field
 
 from grpo_trainer.batch import Completion
@@ -49,8 +51,6 @@ class RolloutEngine:
     """One vLLM engine (instantiate through ``ray.remote``; see ``rollout.pool``)."""
 
     def __init__(self, settings: EngineSettings) -> None:
-        import os
-
         os.environ.update(settings.env)
         from vllm import LLM
 
@@ -77,22 +77,29 @@ class RolloutEngine:
         )
 
     def generate(
-        self, prompts: list[list[int]], seeds: list[int], sampling: SamplingSettings
+        self,
+        prompts: list[list[int]],
+        seeds: list[int],
+        sampling: SamplingSettings,
+        counts: list[int] | None = None,
     ) -> list[list[Completion]]:
-        """``sampling.group_size`` completions for each prompt (token ids in, token ids out)."""
+        """``counts[i]`` (default ``sampling.group_size``) completions of prompt i, child j
+        seeded ``seeds[i] + j`` by vLLM (token ids in, token ids out). A sibling regenerated
+        alone is asked for with ``n=1`` and its slot's seed."""
+        counts = counts or [sampling.group_size] * len(prompts)
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         params = [
             SamplingParams(
-                n=sampling.group_size,
+                n=n,
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
                 max_tokens=sampling.max_tokens,
                 logprobs=0,
                 seed=seed,
             )
-            for seed in seeds
+            for seed, n in zip(seeds, counts, strict=True)
         ]
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False
@@ -130,5 +137,24 @@ class RolloutEngine:
             self.llm.wake_up()
 
     def close(self) -> None:
-        """Stop the engine's processes (before the actor is killed)."""
+        """Stop the engine's processes (before the actor is killed), and remove the shared
+        memory segments they mapped: vllm 0.32's shutdown leaves a message queue's segment
+        (160 MiB) in /dev/shm."""
+        segments = _shared_memory_of_children()
         self.llm.llm_engine.engine_core.shutdown()
+        for path in segments:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
+def _shared_memory_of_children() -> set[str]:
+    """/dev/shm segments (``multiprocessing.shared_memory``'s ``psm_*``) mapped by this
+    process's descendants (the EngineCore and its workers)."""
+    import psutil
+
+    found = set()
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error, OSError):
+            found |= {m.path for m in child.memory_maps(grouped=True)
+                      if m.path.startswith("/dev/shm/psm_")}
+    return found

@@ -29,16 +29,22 @@ class EnginePool:
         ray.get([engine.__ray_ready__.remote() for engine in self.engines])
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], seeds: Sequence[int], sampling: SamplingSettings
+        self,
+        prompts: Sequence[Sequence[int]],
+        seeds: Sequence[int],
+        sampling: SamplingSettings,
+        counts: Sequence[int] | None = None,
     ) -> list[list[Completion]]:
-        """Contiguous chunks of the prompts to each engine; groups back in prompt order."""
+        """Contiguous chunks of the prompts to each engine; groups back in prompt order.
+        ``counts[i]`` completions of prompt i (default: ``sampling.group_size`` each)."""
         import ray
 
         k = len(self.engines)
+        counts = list(counts) if counts is not None else [sampling.group_size] * len(prompts)
         bounds = [len(prompts) * i // k for i in range(k + 1)]
         futures = [
             engine.generate.remote(
-                [list(p) for p in prompts[lo:hi]], list(seeds[lo:hi]), sampling
+                [list(p) for p in prompts[lo:hi]], list(seeds[lo:hi]), sampling, counts[lo:hi]
             )
             for engine, lo, hi in zip(self.engines, bounds, bounds[1:], strict=False)
             if hi > lo

@@ -1,0 +1,213 @@
+"""One attempt of a run, durable: inputs → restore → admit → train with checkpoints → seal.
+
+1. **Frozen inputs**: digests of the model and the dataset recorded (and checked against the
+   spec's) before anything else; checked again at the end (``frozen_inputs``).
+2. **Restore** (``resume: latest``): the newest checkpoint whose manifest verifies, its cost
+   ledger and rollout-ledger state, then the journal: completions of the restored weight
+   version are reused, newer ones discarded, tokens spent since the checkpoint counted.
+3. **Admit** the plan against the token budget before any generation (``budget``).
+4. **Train**: a checkpoint every ``checkpoint.intervalSteps`` steps; gates stop the run at the
+   budget or on SIGTERM (``signals``), both with a checkpoint.
+5. **End**: a checkpoint of the last step, the frozen inputs verified, the artifact copied from
+   that checkpoint's ``model/`` and sealed; its manifest digest is the artifact digest.
+
+Checkpoint contents (``step_N/``, sealed by ``checkpoint.CheckpointStore``): ``model/`` (HF
+directory), ``learner/rank_<r>.pt`` (optimizer + RNG per rank), ``trainer.json`` (step, sampler,
+driver RNG), ``ledgers.json`` (``cost``: the report's ledger; ``rollout``: the rollout-ledger
+state, validated strictly on load), ``run-config.json`` (the attempt's run config, a record).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from grpo_operator.api.checkpoint_layout import ARTIFACT_DIR, TMP_SUFFIX, complete_steps
+from grpo_operator.api.constants import Reason
+from grpo_operator.api.exit_codes import ExitCode
+from grpo_operator.api.run_config import ResumeMode, RunConfig
+from grpo_operator.api.status import TrainerLedger
+from grpo_trainer.budget import TokenBudget
+from grpo_trainer.checkpoint import CheckpointStore, SavedCheckpoint, copy_sealed_model
+from grpo_trainer.data import DatasetError
+from grpo_trainer.frozen_inputs import FrozenInputChangedError, FrozenInputs, MissingInputError
+from grpo_trainer.journal.journal import Journal
+from grpo_trainer.journal.ledger import RolloutLedger
+from grpo_trainer.journal.state import LedgerState, LedgerStateError
+from grpo_trainer.progress import RunProgress, replace_dir
+from grpo_trainer.reporting import Reporter
+from grpo_trainer.signals import StopRequest
+
+log = logging.getLogger(__name__)
+
+TRAINER_FILE = "trainer.json"
+LEDGERS_FILE = "ledgers.json"
+RUN_CONFIG_FILE = "run-config.json"  # the attempt's config, for the record (never read back)
+
+StartTrainer = Callable[..., contextlib.AbstractContextManager]
+"""``start(rollouts=, gates=, after_step=, on_tokens=, interrupt=)`` -> a context yielding a
+``Trainer`` (``run.start_run`` on a cluster; tests pass one on shared engines)."""
+
+
+class CheckpointContentError(ValueError):
+    """A checkpoint that verifies but whose state cannot be loaded."""
+
+
+def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
+                stop: StopRequest | None = None) -> ExitCode:
+    """Run one attempt; the exit code (the caller announces it)."""
+    spec = config.spec
+    stop = StopRequest() if stop is None else stop  # (an unset StopRequest is falsy)
+    progress = RunProgress(reporter, spec.algorithm.max_steps)
+    progress.started()
+
+    # 1. Frozen inputs, before anything reads them.
+    frozen = FrozenInputs.from_config(config)
+    try:
+        frozen.record()
+    except MissingInputError as err:
+        return _fail(progress, Reason.INVALID_INPUT, str(err), ExitCode.INVALID_INPUT)
+    except FrozenInputChangedError as err:
+        return _fail(progress, Reason.FROZEN_INPUT_CHANGED, str(err),
+                     ExitCode.FROZEN_INPUT_CHANGED)
+
+    # 2. Restore the newest verified checkpoint and the journal.
+    store = CheckpointStore(Path(config.paths.checkpoint_dir), spec.checkpoint.keep)
+    journal = Journal(Path(store.layout.journal_dir))
+    try:
+        checkpoint, trainer_state, rollouts = _restore(config, store, journal, progress)
+    except CheckpointContentError as err:
+        return _fail(progress, Reason.INVALID_INPUT, str(err), ExitCode.INVALID_INPUT)
+    step = checkpoint.step if checkpoint else 0
+    if checkpoint is not None:
+        progress.started()  # again, with the checkpoint resumed from
+
+    # 3. Admit the plan before any generation.
+    budget = TokenBudget.from_spec(spec)
+    refusal = budget.refuse_plan(progress.ledger.generated_tokens, spec.algorithm.max_steps - step)
+    if refusal:
+        return _fail(progress, Reason.BUDGET_EXHAUSTED, refusal, ExitCode.BUDGET_EXHAUSTED)
+
+    # 4. Train.
+    def save(trainer) -> SavedCheckpoint:
+        saved = store.save(trainer.step, lambda d: _write(d, config, trainer, progress, journal))
+        progress.checkpointed(saved.step, saved.path, saved.sha256, saved.time)
+        _prune_journal(store, journal)
+        return saved
+
+    def periodic(trainer, metrics) -> None:
+        if trainer.step % spec.checkpoint.interval_steps == 0:
+            save(trainer)
+
+    gates = [
+        lambda t: "SIGTERM received" if stop else None,
+        lambda t: budget.refuse_step(progress.ledger.generated_tokens),
+    ]
+    try:
+        with start(rollouts=rollouts, gates=gates, on_tokens=progress.add_tokens,
+                   interrupt=lambda: bool(stop),
+                   after_step=[progress.record_step, periodic, progress.running]) as trainer:
+            if checkpoint is not None:
+                trainer.learners.load_state(str(checkpoint.path))
+                trainer.load_state_dict(trainer_state)
+            trainer.train()
+            final = save(trainer)
+    except DatasetError as err:
+        return _fail(progress, Reason.INVALID_INPUT, f"invalid dataset: {err}",
+                     ExitCode.INVALID_INPUT)
+    finally:
+        journal.close()
+    if trainer.stopped and stop:
+        progress.suspended()
+        log.warning("suspended at step %d (checkpoint %s)", final.step, final.path)
+        return ExitCode.SUSPENDED
+    if trainer.stopped:
+        return _fail(progress, Reason.BUDGET_EXHAUSTED,
+                     f"stopped at step {final.step}: {trainer.stopped}",
+                     ExitCode.BUDGET_EXHAUSTED)
+
+    # 5. The inputs must not have changed; then the artifact, sealed.
+    try:
+        frozen.verify()
+    except FrozenInputChangedError as err:
+        return _fail(progress, Reason.FROZEN_INPUT_CHANGED, str(err),
+                     ExitCode.FROZEN_INPUT_CHANGED)
+    artifact = store.root / ARTIFACT_DIR
+    staging = artifact.with_name(ARTIFACT_DIR + TMP_SUFFIX)
+    copy_sealed_model(final.path, staging)
+    replace_dir(staging, artifact)
+    terminal = progress.succeeded(artifact, final.step)
+    log.info("done: %d steps, final model in %s (sha256 %s)", final.step, artifact,
+             terminal.artifact.sha256)
+    return ExitCode.SUCCESS
+
+
+def _fail(progress: RunProgress, reason: Reason, message: str, code: ExitCode) -> ExitCode:
+    log.error("%s: %s", reason, message)
+    progress.failed(reason, message)
+    return code
+
+
+def _restore(config: RunConfig, store: CheckpointStore, journal: Journal,
+             progress: RunProgress) -> tuple[SavedCheckpoint | None, Any, RolloutLedger]:
+    """The checkpoint to resume from (None: step 0), its trainer state, the rollout ledger;
+    ``progress`` gets the checkpoint's ledger plus the tokens spent after it."""
+    spec = config.spec
+    granularity = spec.run_policy.recovery_granularity.value
+    checkpoint = store.newest_valid() if config.resume == ResumeMode.LATEST else None
+    trainer_state, state = None, None
+    if checkpoint is not None:
+        store.drop_newer_than(checkpoint.step)
+        try:
+            trainer_state = json.loads((checkpoint.path / TRAINER_FILE).read_text())
+            ledgers = json.loads((checkpoint.path / LEDGERS_FILE).read_text())
+            cost = TrainerLedger.model_validate(ledgers["cost"])
+            state = LedgerState.load(json.dumps(ledgers["rollout"]))
+        except (OSError, KeyError, ValueError, LedgerStateError) as err:
+            raise CheckpointContentError(
+                f"checkpoint {checkpoint.path} verifies but cannot be loaded: {err}") from None
+        progress.ledger = cost.model_copy(update={"planned_steps": spec.algorithm.max_steps})
+        progress.recovery.resumed_from_step = checkpoint.step
+        progress.checkpointed(checkpoint.step, checkpoint.path, checkpoint.sha256,
+                              checkpoint.time)
+        log.info("resuming from checkpoint step %d (%s)", checkpoint.step, checkpoint.path)
+    step = checkpoint.step if checkpoint else 0
+    try:
+        rollouts, spent = RolloutLedger.restore(state, step, granularity, journal)
+    except LedgerStateError as err:
+        raise CheckpointContentError(str(err)) from None
+    progress.add_tokens(spent.prompt_tokens, spent.generated_tokens)
+    progress.rollouts = rollouts
+    return checkpoint, trainer_state, rollouts
+
+
+def _write(directory: Path, config: RunConfig, trainer, progress: RunProgress,
+           journal: Journal) -> None:
+    """A checkpoint's contents (see the module docstring)."""
+    trainer.learners.save_state(str(directory))
+    (directory / RUN_CONFIG_FILE).write_text(config.to_json())
+    (directory / TRAINER_FILE).write_text(json.dumps(trainer.state_dict()))
+    cost = progress.ledger.model_copy(update={"completed_steps": trainer.step})
+    rollout = trainer.rollouts.state(journal.sizes())
+    (directory / LEDGERS_FILE).write_text(json.dumps({
+        "cost": cost.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "rollout": json.loads(rollout.model_dump_json()),
+    }))
+
+
+def _prune_journal(store: CheckpointStore, journal: Journal) -> None:
+    """Drop journal segments that the oldest kept checkpoint fully accounts for and that no
+    kept checkpoint can reuse."""
+    kept = complete_steps(store.root)
+    if not kept:
+        return
+    try:
+        ledgers = json.loads((store.step_dir(kept[0]) / LEDGERS_FILE).read_text())
+        accounted = ledgers["rollout"]["journal_accounted"]
+    except (OSError, KeyError, ValueError):
+        return
+    journal.prune(accounted, kept[0])
