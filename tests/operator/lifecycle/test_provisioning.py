@@ -79,3 +79,21 @@ def test_the_run_identity_reaches_only_its_report(cluster, runs, tmp_path):
     assert denied(client.CustomObjectsApi(as_run).get_namespaced_custom_object,
                   GROUP, VERSION, runs.namespace, PLURAL, "mine") == 403
     as_run.close()
+
+
+def test_deleting_a_running_run_takes_its_driver_and_cluster(cluster, runs, tmp_path):
+    from tests.operator.lifecycle.runs import tiny_example
+
+    body = tiny_example(tmp_path)
+    name = body["metadata"]["name"]
+    runs.create(body)
+    wait_for(lambda: runs.phase(name) == "Running" and "Job" in runs.children(name), 120,
+             what="the driver Job")
+    wait_for(lambda: [p for p in runs.core.list_namespaced_pod(
+        runs.namespace, label_selector=f"job-name={name}-a1").items
+        if p.status.phase == "Running"], 120, what="the driver running")
+    runs.delete(name)
+    wait_for(lambda: runs.children(name) == {}, 90, what="garbage collection")
+    wait_for(lambda: not runs.core.list_namespaced_pod(runs.namespace).items, 90,
+             what="every pod of the run to go")
+    wait_for(lambda: len(cluster.ray_heads) == 0, 60, what="the local Ray head to stop")
