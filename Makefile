@@ -21,14 +21,15 @@ controlplane: ## build the pinned control-plane binaries into the cache (once)
 test: venv controlplane manifests-check ## the whole suite, from a fresh clone
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-manifests: venv ## regenerate crds/ and docs/api.md from the API models
+manifests: venv ## regenerate crds/, charts/grpo-operator/crds/ and docs/api.md from the models
 	$(PY) -m grpo_operator.api.generate
 
-manifests-check: venv ## fail, naming the file, if crds/ or docs/api.md differ from the models
+manifests-check: venv ## fail, naming the file, if a generated file differs from the models
 	$(PY) -m grpo_operator.api.generate --check
 
-lint: venv ## ruff
-	$(PY) -m ruff check operator trainer-image tests
+lint: venv controlplane ## ruff, helm lint
+	$(PY) -m ruff check operator trainer-image tests hack
+	"$$(bash hack/build-controlplane.sh | tail -n1)/bin/helm" lint --strict charts/grpo-operator
 
 run: venv ## run the operator with the current kubeconfig (CRD first: kubectl apply --server-side -f crds/)
 	$(PY) -m grpo_operator --liveness http://127.0.0.1:8080/healthz

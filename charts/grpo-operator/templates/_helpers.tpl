@@ -1,0 +1,101 @@
+{{/* Names, labels and the RBAC rules shared by the templates. */}}
+
+{{- define "grpo-operator.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's full name: the release name if it already holds the chart's name. */}}
+{{- define "grpo-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* component=operator keeps the selector off the operator's own children (they carry
+app.kubernetes.io/name=grpo-operator too, with the run's name as instance). */}}
+{{- define "grpo-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "grpo-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "grpo-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "grpo-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "grpo-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "grpo-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "grpo-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+What the operator does in the namespaces it serves, derived from operator/grpo_operator/kube.py,
+controller.py and main.py (the chart's README explains each rule). Nothing here lists or reads
+Secrets: the operator only creates the per-run Ray auth Secret.
+*/}}
+{{- define "grpo-operator.runRules" -}}
+# kopf lists and watches GRPORuns and patches them (its finalizer/annotations); the
+# controller reads each run by name.
+- apiGroups: ["grpo.dev"]
+  resources: ["grporuns"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["grpo.dev"]
+  resources: ["grporuns/status"]
+  verbs: ["patch"]
+# The controller's Events on GRPORuns.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+# Per-run children. configmaps: the controller reads the report, patches the run config for
+# each new attempt, and RBAC's escalation check lets it create (and bind) the per-run Role,
+# which grants get/patch/update on the report ConfigMap, only if it holds those verbs itself.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["create", "get", "patch", "update"]
+- apiGroups: [""]
+  resources: ["serviceaccounts", "secrets"]
+  verbs: ["create"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["create"]
+- apiGroups: ["ray.io"]
+  resources: ["rayclusters"]
+  verbs: ["create", "get", "delete"]
+# Driver Jobs: one per attempt; a lost or stopped attempt's Job is deleted (Background, so its
+# pod goes too) before the next.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["create", "get", "delete"]
+# Observation: a failed driver's pods (by label), the input PersistentVolumeClaims at acceptance.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get"]
+{{- end }}
+
+{{/* kopf's cluster-scoped discovery: it watches CRDs to notice the GRPORun CRD change. */}}
+{{- define "grpo-operator.crdRules" -}}
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+{{- end }}

@@ -1,0 +1,202 @@
+"""The chart as Helm renders it: lint, the objects for the default and the namespaced
+configurations, least-privilege rules, hardened pods, and the schema refusing bad values."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from grpo_operator.api.generate import CHART_CRD_PATH, CHART_DIR, CRD_PATH, DOCS_PATH
+from grpo_operator.api.generate import main as generate
+from localcluster.binaries import ensure_built
+from tests.operator.conftest import CHART, REPO
+
+NAMESPACED = ("--set", "watchNamespaces={team-a,team-b}")
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> str:
+    return ensure_built().bin("helm")
+
+
+def run_helm(helm_bin: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm_bin, *args], capture_output=True, text=True, timeout=60)
+
+
+def render(helm_bin: str, *args: str) -> list[dict]:
+    proc = run_helm(helm_bin, "template", "grpo-operator", str(CHART),
+                    "--namespace", "grpo-system", *args)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def rules_of(docs: list[dict], kind: str) -> list[dict]:
+    return [rule for d in by_kind(docs, kind) for rule in d["rules"]]
+
+
+def grants(rules: list[dict]) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) for every rule."""
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"]
+            for r in rule["resources"] for v in rule["verbs"]}
+
+
+# What the operator does in a namespace it serves (see the chart's README for why).
+RUN_GRANTS = {
+    ("grpo.dev", "grporuns", "get"), ("grpo.dev", "grporuns", "list"),
+    ("grpo.dev", "grporuns", "watch"), ("grpo.dev", "grporuns", "patch"),
+    ("grpo.dev", "grporuns/status", "patch"),
+    ("", "events", "create"),
+    ("", "configmaps", "create"), ("", "configmaps", "get"), ("", "configmaps", "patch"),
+    ("", "configmaps", "update"),
+    ("", "serviceaccounts", "create"), ("", "secrets", "create"),
+    ("rbac.authorization.k8s.io", "roles", "create"),
+    ("rbac.authorization.k8s.io", "rolebindings", "create"),
+    ("ray.io", "rayclusters", "create"), ("ray.io", "rayclusters", "get"),
+    ("ray.io", "rayclusters", "delete"),
+    ("batch", "jobs", "create"), ("batch", "jobs", "get"), ("batch", "jobs", "delete"),
+    ("", "pods", "list"), ("", "persistentvolumeclaims", "get"),
+}
+CRD_GRANTS = {("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+              ("apiextensions.k8s.io", "customresourcedefinitions", "watch")}
+
+
+@pytest.mark.parametrize("extra", [(), NAMESPACED], ids=["cluster-wide", "namespaced"])
+def test_lint_passes_strictly(helm_bin, extra):
+    proc = run_helm(helm_bin, "lint", "--strict", str(CHART), *extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 chart(s) failed" in proc.stdout
+
+
+def test_default_is_one_cluster_wide_role_with_exactly_the_operators_grants(helm_bin):
+    docs = render(helm_bin)
+    assert {d["kind"] for d in docs} == {
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"}
+    assert grants(rules_of(docs, "ClusterRole")) == RUN_GRANTS | CRD_GRANTS
+    binding = by_kind(docs, "ClusterRoleBinding")[0]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "grpo-operator", "namespace": "grpo-system"}]
+    env = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "WATCH_NAMESPACES" not in {e["name"] for e in env}
+
+
+def test_namespaced_grants_stay_in_the_listed_namespaces(helm_bin):
+    docs = render(helm_bin, *NAMESPACED)
+    roles = by_kind(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        assert grants(role["rules"]) == RUN_GRANTS
+    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == [
+        "team-a", "team-b"]
+    # Cluster-wide, only kopf's discovery: the CRD and the namespaces, read-only.
+    assert grants(rules_of(docs, "ClusterRole")) == CRD_GRANTS | {
+        ("", "namespaces", "list"), ("", "namespaces", "watch")}
+    container = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "WATCH_NAMESPACES", "value": "team-a,team-b"} in container["env"]
+
+
+@pytest.mark.parametrize("extra", [(), NAMESPACED], ids=["cluster-wide", "namespaced"])
+def test_no_wildcards_and_secrets_are_only_created(helm_bin, extra):
+    docs = render(helm_bin, *extra)
+    rules = rules_of(docs, "ClusterRole") + rules_of(docs, "Role")
+    for rule in rules:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+    assert {v for g, r, v in grants(rules) if r == "secrets"} == {"create"}
+
+
+def test_the_deployment_is_one_recreated_hardened_pod_probed_by_kopf(helm_bin):
+    deployment = by_kind(render(helm_bin), "Deployment")[0]
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["args"][:2] == ["--liveness", "http://0.0.0.0:8080/healthz"]
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "probe"}
+    assert {"name": "probe", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
+
+
+def test_values_reach_the_pod(helm_bin):
+    pod = by_kind(render(
+        helm_bin, "--set", "image.repository=registry.example.com/grpo-operator",
+        "--set", "image.digest=sha256:" + "a" * 64, "--set", "imagePullSecrets[0].name=regcred",
+        "--set", "nodeSelector.pool=system", "--set", "tolerations[0].key=dedicated",
+        "--set", "tolerations[0].operator=Exists", "--set", "resources.limits.cpu=1",
+    ), "Deployment")[0]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "registry.example.com/grpo-operator@sha256:" + "a" * 64
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["nodeSelector"] == {"pool": "system"}
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    assert pod["containers"][0]["resources"]["limits"] == {"cpu": 1, "memory": "512Mi"}
+
+
+def test_metrics_are_off_by_default_and_target_the_metrics_port_when_on(helm_bin):
+    assert not by_kind(render(helm_bin), "Service")
+    docs = render(helm_bin, "--set", "metrics.enabled=true", "--set", "metrics.port=9191",
+                  "--set", "metrics.serviceMonitor.enabled=true")
+    (service,) = by_kind(docs, "Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    container = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "metrics", "containerPort": 9191, "protocol": "TCP"} in container["ports"]
+    assert {"name": "GRPO_METRICS_PORT", "value": "9191"} in container["env"]
+    (monitor,) = by_kind(docs, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"][
+        "labels"].items()
+
+
+def test_a_service_monitor_without_metrics_is_refused(helm_bin):
+    proc = run_helm(helm_bin, "template", "x", str(CHART),
+                    "--set", "metrics.serviceMonitor.enabled=true")
+    assert proc.returncode != 0
+    assert "metrics.serviceMonitor.enabled needs metrics.enabled" in proc.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--set", "replicas=2"), "at '/replicas': maximum: got 2, want 1"),
+    (("--set", "image.pullPolicy=Sometimes"),
+     "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
+    (("--set", "watchNamespaces={Team_A}"), "at '/watchNamespaces/0': 'Team_A' does not match"),
+    (("--set", "probe.port=80"), "at '/probe/port': minimum: got 80, want 1,024"),
+    (("--set", "watchNamespace=team-a"), "additional properties 'watchNamespace' not allowed"),
+], ids=["replicas", "pullPolicy", "namespace-name", "privileged-port", "misspelt-key"])
+def test_the_schema_refuses_bad_values_with_a_clear_message(helm_bin, args, message):
+    for command in ("lint", "template"):
+        proc = run_helm(helm_bin, command, *(["x"] if command == "template" else []),
+                        str(CHART), *args)
+        assert proc.returncode != 0, command
+        assert message in proc.stdout + proc.stderr, (command, proc.stdout + proc.stderr)
+
+
+def test_the_chart_ships_the_generated_crd(helm_bin):
+    assert (REPO / CHART_CRD_PATH).read_text() == (REPO / CRD_PATH).read_text()
+    proc = run_helm(helm_bin, "show", "crds", str(CHART))
+    assert proc.returncode == 0, proc.stderr
+    (crd,) = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    assert crd["metadata"]["name"] == "grporuns.grpo.dev"
+
+
+def test_the_generator_keeps_the_charts_crd_in_step(tmp_path, capsys):
+    for rel in (CRD_PATH, DOCS_PATH, CHART_CRD_PATH, CHART_DIR / "Chart.yaml"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / rel, tmp_path / rel)
+    assert generate(["--check", "--root", str(tmp_path)]) == 0
+    (tmp_path / CHART_CRD_PATH).write_text("edited by hand\n")
+    assert generate(["--check", "--root", str(tmp_path)]) == 1
+    assert str(CHART_CRD_PATH) in capsys.readouterr().err
+    assert generate(["--root", str(tmp_path)]) == 0
+    assert (tmp_path / CHART_CRD_PATH).read_text() == (REPO / CRD_PATH).read_text()
