@@ -34,8 +34,9 @@ lint: venv controlplane ## ruff, helm lint
 run: venv ## run the operator with the current kubeconfig (CRD first: kubectl apply --server-side -f crds/)
 	$(PY) -m grpo_operator --liveness http://127.0.0.1:8080/healthz
 
-demo: venv controlplane ## the main job: a real GRPO run driven by the operator on a local cluster
-	@PYTHONPATH=hack $(PY) -m demo
+DEMO ?= run
+demo: venv controlplane ## the main job: a real GRPO run on a local cluster (DEMO=recovery: kill its driver)
+	@PYTHONPATH=hack $(PY) -m demo --mode $(DEMO)
 
 cluster-up: venv controlplane ## start the local cluster in the background (.cluster/kubeconfig)
 	@PYTHONPATH=hack $(PY) -m localcluster up

@@ -28,13 +28,14 @@ class Curve:
             self.points[step] = (ledger.get("rewardMean"), ledger.get("kl"))
 
 
-def curve_from_log(log: Path) -> Curve:
-    """Every step's figures, from the trainer's report lines in the driver's log (status holds
-    only the latest step; the log holds them all)."""
+def curve_from_logs(logs: list[Path]) -> Curve:
+    """Every step's figures, from the trainer's report lines in the drivers' logs, oldest
+    attempt first (status holds only the latest step; the logs hold them all)."""
     from grpo_trainer.reporting import parse_report_line
 
     curve = Curve()
-    for line in log.read_text(errors="replace").splitlines():
+    lines = [line for log in logs for line in log.read_text(errors="replace").splitlines()]
+    for line in lines:
         found = parse_report_line(line)
         if found:
             ledger = yaml.safe_load(found[0]).get("ledger") or {}
@@ -47,6 +48,9 @@ def curve_from_log(log: Path) -> Curve:
 def _line(elapsed: float, status: dict[str, Any]) -> str:
     ledger = status.get("ledger") or {}
     parts = [f"[{elapsed:5.0f}s] {status.get('phase', 'Pending'):<12}"]
+    attempt = (status.get("recovery") or {}).get("attempt") or 0
+    if attempt > 1:
+        parts.append(f"attempt {attempt}")
     if ledger.get("plannedSteps"):
         parts.append(f"step {ledger.get('completedSteps', 0)}/{ledger['plannedSteps']}")
     for key, label, fmt in (("rewardMean", "reward", "{:.3f}"), ("kl", "kl", "{:.4f}"),
@@ -58,8 +62,9 @@ def _line(elapsed: float, status: dict[str, Any]) -> str:
 
 
 def follow(api: client.ApiClient, namespace: str, name: str, timeout: float,
-           out=print) -> tuple[dict[str, Any], Curve]:
-    """Poll the run until it ended and its cleanup receipt is written (or ``timeout``)."""
+           out=print, on_status=None) -> tuple[dict[str, Any], Curve]:
+    """Poll the run until it ended and its cleanup receipt is written (or ``timeout``);
+    ``on_status(status)`` sees every poll."""
     custom = client.CustomObjectsApi(api)
     curve, last, started = Curve(), None, time.monotonic()
     status: dict[str, Any] = {}
@@ -67,6 +72,8 @@ def follow(api: client.ApiClient, namespace: str, name: str, timeout: float,
         status = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
                                                      name).get("status") or {}
         curve.add(status.get("ledger") or {})
+        if on_status is not None:
+            on_status(status)
         line = _line(time.monotonic() - started, status)
         if line.split("]", 1)[1] != (last or "]").split("]", 1)[1]:
             out(line)
