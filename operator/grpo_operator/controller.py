@@ -23,9 +23,10 @@ from grpo_operator.children.driver_job import driver_job
 from grpo_operator.children.meta import RunRef
 from grpo_operator.children.raycluster import ray_cluster
 from grpo_operator.conditions import set_condition
-from grpo_operator.kube import Kube
+from grpo_operator.kube import Kube, merge_patch
+from grpo_operator.metrics import Metrics
 from grpo_operator.naming import ChildNames
-from grpo_operator.reconcile import Action, Decision, Event, Observed, decide
+from grpo_operator.reconcile import Action, Decision, Event, Observed, Policy, decide
 from grpo_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -38,10 +39,17 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
 
 
+def _timestamp(value: str | None) -> datetime.datetime | None:
+    return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+
+
 class Controller:
-    def __init__(self, kube: Kube, *, workers: int = 2,
+    def __init__(self, kube: Kube, *, workers: int = 2, policy: Policy | None = None,
+                 metrics: Metrics | None = None,
                  new_token: Callable[[], str] = lambda: secrets.token_urlsafe(32)):
         self.kube = kube
+        self.policy = policy or Policy()
+        self.metrics = metrics or Metrics()
         self.queue = WorkQueue()
         self.new_token = new_token
         self._threads = [
@@ -77,6 +85,7 @@ class Controller:
         self.queue.forget((namespace, name))
         self._announced.pop((namespace, name), None)
         self.cost.pop((namespace, name), None)
+        self.metrics.forget((namespace, name))
 
     def _work(self) -> None:
         while True:
@@ -88,6 +97,7 @@ class Controller:
                 again = self.reconcile(*key)
             except Exception:  # noqa: BLE001 - one run's failure must not stop the loop
                 log.exception("reconcile of %s/%s failed", *key)
+                self.metrics.reconcile_errors.inc()
             finally:
                 self.queue.done(key)
                 # A run needing no requeue is done with until its next event.
@@ -116,38 +126,52 @@ class Controller:
         except ValidationError as e:
             return self._invalid_spec(run, meta.get("generation", 0), status, old_wire,
                                       describe_validation_error(e))
-        observed = self._observe(run, meta.get("generation", 0), spec, status)
+        observed = self._observe(run, meta, spec, status)
         decision = decide(observed)
-        self._record(run, decision, old_wire)
+        self._record(run, observed, decision, old_wire)
         self._act(run, spec, decision)
         return decision.requeue_after
 
-    def _observe(self, run: RunRef, generation: int, spec: GRPORunSpec,
+    def _observe(self, run: RunRef, meta: dict[str, Any], spec: GRPORunSpec,
                  status: GRPORunStatus) -> Observed:
         names = ChildNames(run.name)
-        k = self.kube
+        k, now = self.kube, _now()
         pvcs: dict[str, Any] = {}
         if status.phase in (None, Phase.PENDING):
             pvcs = {claim: k.get("v1", "PersistentVolumeClaim", run.namespace, claim)
                     for claim in claims(spec)}
-        rc = job = report = None
+        rc = job = report = gpu_pods = None
         pods: list[dict[str, Any]] = []
         if status.children.ray_cluster:
             rc = k.get("ray.io/v1", "RayCluster", run.namespace, names.ray_cluster)
-        if status.phase == Phase.RUNNING and status.children.driver_job:
-            job = k.get("batch/v1", "Job", run.namespace, status.children.driver_job)
-            if job is not None and _job_failed(job):
-                pods = k.list_pods(run.namespace, f"job-name={status.children.driver_job}")
+        driver = status.children.driver_job
+        if driver and (status.phase == Phase.RUNNING or status.stopping):
+            job = k.get("batch/v1", "Job", run.namespace, driver)
+            # A failed driver's exit code, or whether a stopped one is still finishing.
+            if status.stopping or (job is not None and _job_failed(job)):
+                pods = k.list_pods(run.namespace, f"job-name={driver}")
             cm = k.get("v1", "ConfigMap", run.namespace, names.report_config_map)
             report = ((cm or {}).get("data") or {}).get(REPORT_KEY)
-        return Observed(name=run.name, generation=generation, spec=spec, status=status,
-                        now=_now(), pvcs=pvcs, ray_cluster=rc, driver_job=job,
-                        driver_pods=pods, report_data=report)
+        metered = status.ledger.gpu_metered_time
+        if rc is not None and (status.stopping or metered is None or
+                               (now - metered).total_seconds()
+                               >= self.policy.meter_interval_seconds):
+            gpu_pods = k.list_pods(run.namespace, f"ray.io/cluster={names.ray_cluster}")
+        return Observed(name=run.name, generation=meta.get("generation", 0), spec=spec,
+                        status=status, now=now,
+                        created=_timestamp(meta.get("creationTimestamp")),
+                        annotations=meta.get("annotations") or {}, pvcs=pvcs, ray_cluster=rc,
+                        driver_job=job, driver_pods=pods, report_data=report,
+                        gpu_pods=gpu_pods, policy=self.policy)
 
-    def _record(self, run: RunRef, decision: Decision, old_wire: dict[str, Any]) -> None:
+    def _record(self, run: RunRef, observed: Observed | None, decision: Decision,
+                old_wire: dict[str, Any]) -> None:
         new_wire = decision.status.to_wire()
         if new_wire != old_wire:
-            self.kube.patch_status(run.namespace, run.name, new_wire)
+            self.kube.patch_status(run.namespace, run.name, merge_patch(old_wire, new_wire))
+        if observed is not None:
+            self.metrics.record((run.namespace, run.name), observed.status, decision.status,
+                                observed.created)
         announced = self._announced.setdefault((run.namespace, run.name), set())
         for event in decision.events:
             if event.reason == "ReportRejected":
@@ -175,10 +199,12 @@ class Controller:
                 k.ensure_config_map(configmaps.run_config_map(run, config))
             elif action == Action.ENSURE_DRIVER_JOB:
                 k.create_if_absent(driver_job(spec, run, attempt))
-            elif action == Action.DELETE_DRIVER_JOB:
-                k.delete("batch/v1", "Job", run.namespace, ChildNames(run.name).driver_job(attempt))
             elif action == Action.DELETE_RAY_CLUSTER:
                 k.delete("ray.io/v1", "RayCluster", run.namespace, ChildNames(run.name).ray_cluster)
+            elif action == Action.DELETE_RUN:
+                k.delete_run(run.namespace, run.name)
+        for job in decision.delete_jobs:
+            k.delete("batch/v1", "Job", run.namespace, job)
 
     def _invalid_spec(self, run: RunRef, generation: int, status: GRPORunStatus,
                       old_wire: dict[str, Any], message: str) -> None:
@@ -198,7 +224,7 @@ class Controller:
                                    finished_time=now)
         status.completion_time = now
         decision = Decision(status=status, events=[Event("Warning", "InvalidSpec", message)])
-        self._record(run, decision, old_wire)
+        self._record(run, None, decision, old_wire)
         return None
 
 

@@ -22,6 +22,21 @@ def _absent(e: ApiException) -> bool:
     return e.status == 404
 
 
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) taking ``old`` to ``new``: changed keys, and null for
+    the keys ``new`` dropped (status fields that go away, such as terminal on a retry)."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, dict) and isinstance(before, dict):
+            nested = merge_patch(before, value)
+            if nested:
+                patch[key] = nested
+        elif value != before or key not in old:
+            patch[key] = value
+    return patch
+
+
 class Kube:
     """Reads by name, idempotent creates, Background deletes, status patches and Events."""
 
@@ -95,7 +110,14 @@ class Kube:
             resource.delete(name=name, namespace=namespace,
                             body={"propagationPolicy": "Background"})
 
+    def delete_run(self, namespace: str, name: str) -> None:
+        self._count()
+        with contextlib.suppress(dynamic.exceptions.NotFoundError):
+            self.dynamic.resources.get(api_version=API_VERSION, kind=KIND).delete(
+                name=name, namespace=namespace, body={"propagationPolicy": "Background"})
+
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Merge-patch status (null removes a field)."""
         self._count()
         self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, PLURAL, name, {"status": status}

@@ -8,15 +8,16 @@ deleting a GRPORun never waits for the operator.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import kopf
 from kubernetes import client, config
 
+from grpo_operator import settings as operator_settings
 from grpo_operator.api.constants import FINALIZER, GROUP, KOPF_ANNOTATIONS_PREFIX, PLURAL, VERSION
 from grpo_operator.controller import Controller
 from grpo_operator.kube import Kube
+from grpo_operator.metrics import Metrics
 
 
 @kopf.on.startup()
@@ -35,8 +36,12 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    memo.controller = Controller(Kube(client.ApiClient()),
-                                 workers=int(os.environ.get("GRPO_WORKERS", "2")))
+    own = operator_settings.from_env()
+    metrics = Metrics()
+    if own.metrics_port:
+        metrics.serve(own.metrics_port)
+    memo.controller = Controller(Kube(client.ApiClient()), workers=own.workers,
+                                 policy=own.policy, metrics=metrics)
     memo.controller.start()
     logging.getLogger("grpo_operator").setLevel(logging.INFO)
 

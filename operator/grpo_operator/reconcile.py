@@ -2,10 +2,16 @@
 actions to take out. The controller performs the actions after writing the status, so intent
 is recorded before acting and a retried pass finds what the last one made.
 
-Phases handled here: Pending → Accepted → Provisioning → Running → Succeeded | Failed, with
-cleanup after the end; Running → Recovering → Running when a driver fails for a retryable
-cause and restarts remain; any phase → Cancelled on ``runPolicy.cancel``. Suspend, deadlines
-and GPU metering extend this table.
+Phases: Pending → Accepted → [Queued →] Provisioning → Running → Succeeded | Failed, with
+cleanup after the end.
+- Running → Recovering → Running when the driver fails for a retryable cause, or the cluster
+  is lost, and restarts remain; the warm RayCluster is kept unless it is the thing that failed.
+- A stop (suspend, cancel, a deadline, the GPU budget) first asks the driver to checkpoint and
+  exit, waits for it within a bound, then deletes the RayCluster: the run is Suspended (and
+  resumes with a new attempt when suspend is cleared) or ends.
+- Kueue holding the RayCluster (its spec.suspend) makes the run Queued, never Recovering.
+- A `grpo.dev/retry` annotation with a new id reopens a Failed run with a new attempt.
+- After the end and cleanup, ttlSecondsAfterFinished deletes the run.
 """
 
 from __future__ import annotations
@@ -16,33 +22,58 @@ from enum import StrEnum
 from typing import Any
 
 from grpo_operator.acceptance import Refusal, accept
-from grpo_operator.api.constants import ConditionType, Outcome, Phase, Reason
+from grpo_operator.api.constants import ANNOTATION_RETRY, ConditionType, Outcome, Phase, Reason
 from grpo_operator.api.exit_codes import ExitCode, classify_exit
-from grpo_operator.api.report import Report, ReportError, is_stale, parse_report
+from grpo_operator.api.ray_job import driver_termination_grace_s
+from grpo_operator.api.report import Report, ReportError, TrainerState, is_stale, parse_report
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.api.status import (
+    MAX_HISTORY,
+    MAX_SEEN_RETRY_IDS,
     BudgetRemaining,
     Children,
     Cleanup,
     GRPORunStatus,
     RecoveryRecord,
+    Stopping,
     Terminal,
     bounded,
 )
 from grpo_operator.conditions import set_condition
 from grpo_operator.health import ClusterHealth, DriverEnd, cluster_health, driver_end
+from grpo_operator.metering import gpu_seconds_since
 from grpo_operator.naming import ChildNames
 
 # How soon to look again, by what the run waits for.
 FAST_REQUEUE_SECONDS = 1.0
 STEADY_REQUEUE_SECONDS = 5.0
 
+# Stops that end the run, by reason, with their outcome; a suspension is the only other stop.
+_ENDING_STOPS = {
+    Reason.CANCELLED: Outcome.CANCELLED,
+    Reason.DEADLINE_EXCEEDED: Outcome.FAILED,
+    Reason.PRE_RUNNING_DEADLINE_EXCEEDED: Outcome.FAILED,
+    Reason.BUDGET_EXHAUSTED: Outcome.FAILED,
+}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Operator-wide bounds (``settings`` reads them from the environment)."""
+
+    cluster_unhealthy_seconds: float = 300.0
+    """How long a RayCluster that was ready may stay unready before it is recreated."""
+    meter_interval_seconds: float = 30.0
+    """How often GPU-seconds are brought up to date while GPU pods run."""
+    stop_slack_seconds: float = 30.0
+    """Added to the driver's grace period when waiting for the trainer's checkpoint."""
+
 
 class Action(StrEnum):
     ENSURE_RUN_CHILDREN = "EnsureRunChildren"  # identity, auth Secret, ConfigMaps, RayCluster
     ENSURE_DRIVER_JOB = "EnsureDriverJob"
-    DELETE_DRIVER_JOB = "DeleteDriverJob"  # the current attempt's (SIGTERM: it checkpoints)
     DELETE_RAY_CLUSTER = "DeleteRayCluster"
+    DELETE_RUN = "DeleteRun"  # ttlSecondsAfterFinished
 
 
 @dataclass(frozen=True)
@@ -59,17 +90,24 @@ class Observed:
     spec: GRPORunSpec
     status: GRPORunStatus
     now: datetime.datetime
+    created: datetime.datetime | None = None
+    annotations: dict[str, str] = field(default_factory=dict)
     pvcs: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     ray_cluster: dict[str, Any] | None = None
     driver_job: dict[str, Any] | None = None
     driver_pods: list[dict[str, Any]] = field(default_factory=list)
     report_data: str | None = None
+    gpu_pods: list[dict[str, Any]] | None = None
+    """The RayCluster's pods when GPU metering is due (None: not looked at this pass)."""
+    policy: Policy = field(default_factory=Policy)
 
 
 @dataclass
 class Decision:
     status: GRPORunStatus
     actions: list[Action] = field(default_factory=list)
+    delete_jobs: list[str] = field(default_factory=list)
+    """Driver Jobs to delete (their pods get SIGTERM: the trainer checkpoints)."""
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = STEADY_REQUEUE_SECONDS
 
@@ -85,6 +123,10 @@ def _condition(d: Decision, o: Observed, type_: ConditionType, value: bool, reas
     d.status.conditions = set_condition(
         d.status.conditions, type_, value, reason, message, generation=o.generation, now=o.now
     )
+
+
+def _seconds(later: datetime.datetime, earlier: datetime.datetime) -> float:
+    return (later - earlier).total_seconds()
 
 
 def _end(d: Decision, o: Observed, outcome: Outcome, reason: str, message: str,
@@ -152,11 +194,42 @@ def _mirror(d: Decision, o: Observed, report: Report) -> None:
     s.recovery.last_checkpoint = report.recovery.last_checkpoint
     s.recovery.rollout = report.recovery.rollout
     s.accepted_report = report.cursor
-    budget = o.spec.budget
-    if budget.max_generated_tokens is not None:
-        s.ledger.budget_remaining = BudgetRemaining(
-            generated_tokens=budget.max_generated_tokens - s.ledger.generated_tokens
-        )
+    _budget_remaining(d, o)
+
+
+def _read_and_mirror(d: Decision, o: Observed) -> Report | None:
+    report, problem = read_report(o, d.status)
+    if problem is not None:
+        d.events.append(problem)
+    if report is not None:
+        _mirror(d, o, report)
+    return report
+
+
+def _budget_remaining(d: Decision, o: Observed) -> None:
+    budget, ledger = o.spec.budget, d.status.ledger
+    if budget.max_generated_tokens is None and budget.max_gpu_hours is None:
+        return
+    ledger.budget_remaining = BudgetRemaining(
+        generated_tokens=None if budget.max_generated_tokens is None
+        else budget.max_generated_tokens - ledger.generated_tokens,
+        gpu_hours=None if budget.max_gpu_hours is None
+        else round(budget.max_gpu_hours - ledger.gpu_seconds / 3600, 6),
+    )
+
+
+def _meter_gpus(d: Decision, o: Observed) -> None:
+    """Add the GPU pods' Running time since the last metering. When no GPU pod runs the
+    metering time is left alone: a pod that starts later counts from its own start."""
+    if o.gpu_pods is None:
+        return
+    ledger = d.status.ledger
+    added = gpu_seconds_since(o.gpu_pods, o.spec.resources.gpu_resource_name,
+                              ledger.gpu_metered_time, o.now)
+    if added > 0:
+        ledger.gpu_seconds = round(ledger.gpu_seconds + added, 3)
+        ledger.gpu_metered_time = o.now
+        _budget_remaining(d, o)
 
 
 def _start_attempt(d: Decision, o: Observed, attempt: int, reason: str) -> None:
@@ -167,9 +240,28 @@ def _start_attempt(d: Decision, o: Observed, attempt: int, reason: str) -> None:
         s.recovery.history,
         RecoveryRecord(attempt=attempt, reason=reason, time=o.now,
                        from_step=s.ledger.completed_steps),
-        20,
+        MAX_HISTORY,
     )
     s.children.driver_job = ChildNames(o.name).driver_job(attempt)
+
+
+def _restart(d: Decision, o: Observed, reason: str, message: str,
+             report: Report | None) -> None:
+    """A failure the next attempt may get past: start it, or fail if no restart is left."""
+    s = d.status
+    if s.recovery.restarts >= o.spec.run_policy.max_restarts:
+        _end(d, o, Outcome.FAILED, str(Reason.MAX_RESTARTS_EXCEEDED),
+             f"{message}; no restarts left (runPolicy.maxRestarts="
+             f"{o.spec.run_policy.max_restarts})", report)
+        return
+    s.recovery.restarts += 1
+    _start_attempt(d, o, s.recovery.attempt + 1, reason)
+    _condition(d, o, ConditionType.RECOVERING, True, reason,
+               f"attempt {s.recovery.attempt} resumes from the latest checkpoint: {message}")
+    _condition(d, o, ConditionType.RUNNING, False, reason, message)
+    _phase(d, o, Phase.RECOVERING, f"attempt {s.recovery.attempt} after: {message}")
+    d.actions.append(Action.ENSURE_RUN_CHILDREN)  # the run config of the new attempt
+    d.requeue_after = FAST_REQUEUE_SECONDS
 
 
 def _finish_driver(d: Decision, o: Observed, end: DriverEnd, report: Report | None) -> None:
@@ -188,72 +280,284 @@ def _finish_driver(d: Decision, o: Observed, end: DriverEnd, report: Report | No
         return
     disposition = classify_exit(end.exit_code)
     message = f"{disposition.message}: {end.message}".strip(": ")
-    # A driver stopped without a suspension being asked for (its pod deleted, its node
-    # drained) checkpointed and exited SUSPENDED: for the run that is an interruption.
+    # A driver stopped without a stop being asked for (its pod deleted, its node drained)
+    # checkpointed and exited SUSPENDED: for the run that is an interruption.
     interrupted = end.exit_code == ExitCode.SUSPENDED
     if not (disposition.retryable or interrupted):
         _end(d, o, Outcome.FAILED, str(disposition.reason), message, report)
         return
+    _restart(d, o, "Interrupted" if interrupted else str(disposition.reason), message, report)
+
+
+# --- The clocks and stops -------------------------------------------------------------------
+
+def _over(since: datetime.datetime | None, limit: int | None, now: datetime.datetime) -> bool:
+    return since is not None and limit is not None and _seconds(now, since) > limit
+
+
+def _stop_wanted(o: Observed, s: GRPORunStatus) -> tuple[Reason, str] | None:
+    """The stop the spec, the clocks or the budget ask for, the most final first."""
+    budget, policy = o.spec.budget, o.spec.run_policy
+    if policy.cancel:
+        return Reason.CANCELLED, "runPolicy.cancel is set"
+    if s.phase == Phase.SUSPENDED:
+        return None  # the clocks stand still and nothing is spent while suspended
+    if _over(s.active_since, budget.active_deadline_seconds, o.now):
+        return (Reason.DEADLINE_EXCEEDED,
+                f"budget.activeDeadlineSeconds={budget.active_deadline_seconds} passed")
+    if s.active_since is None and _over(s.pre_running_since,
+                                        budget.pre_running_deadline_seconds, o.now):
+        return (Reason.PRE_RUNNING_DEADLINE_EXCEEDED,
+                f"the RayCluster was not ready within budget.preRunningDeadlineSeconds="
+                f"{budget.pre_running_deadline_seconds}")
+    if budget.max_gpu_hours is not None and s.ledger.gpu_seconds >= budget.max_gpu_hours * 3600:
+        return (Reason.BUDGET_EXHAUSTED,
+                f"{s.ledger.gpu_seconds / 3600:.4g} GPU-hours used of budget.maxGPUHours="
+                f"{budget.max_gpu_hours}")
+    if policy.suspend:
+        return Reason.SUSPENDED, "runPolicy.suspend is set"
+    return None
+
+
+def _next_check(o: Observed, s: GRPORunStatus) -> float | None:
+    """Seconds until a deadline passes (None: no deadline is running)."""
+    budget = o.spec.budget
+    clocks = [(s.active_since, budget.active_deadline_seconds)]
+    if s.active_since is None:
+        clocks.append((s.pre_running_since, budget.pre_running_deadline_seconds))
+    left = [limit - _seconds(o.now, since) + 1 for since, limit in clocks
+            if since is not None and limit is not None]
+    return max(min(left), FAST_REQUEUE_SECONDS) if left else None
+
+
+def _stop(d: Decision, o: Observed) -> None:
+    """Drive a stop on: the trainer's checkpoint first, then the RayCluster, then the end."""
     s = d.status
-    if s.recovery.restarts >= o.spec.run_policy.max_restarts:
-        _end(d, o, Outcome.FAILED, str(Reason.MAX_RESTARTS_EXCEEDED),
-             f"{message}; no restarts left (runPolicy.maxRestarts={s.recovery.max_restarts})",
-             report)
+    stopping = s.stopping
+    report = _read_and_mirror(d, o)
+    settled = report is not None and report.state in (TrainerState.SUSPENDED,
+                                                       TrainerState.FINISHED)
+    driver_there = o.driver_job is not None or bool(o.driver_pods)
+    grace = (driver_termination_grace_s(o.spec.resources.termination_grace_period_seconds)
+             + o.policy.stop_slack_seconds)
+    if driver_there and not settled and _seconds(o.now, stopping.time) < grace:
+        if o.driver_job is not None and not o.driver_job["metadata"].get("deletionTimestamp"):
+            d.delete_jobs.append(o.driver_job["metadata"]["name"])
+        d.requeue_after = FAST_REQUEUE_SECONDS
         return
-    s.recovery.restarts += 1
-    reason = "Interrupted" if interrupted else str(disposition.reason)
-    _start_attempt(d, o, s.recovery.attempt + 1, reason)
-    _condition(d, o, ConditionType.RECOVERING, True, reason,
-               f"attempt {s.recovery.attempt} resumes from the latest checkpoint: {message}")
-    _condition(d, o, ConditionType.RUNNING, False, reason, message)
-    _phase(d, o, Phase.RECOVERING, f"attempt {s.recovery.attempt} after: {message}")
-    d.actions.append(Action.ENSURE_RUN_CHILDREN)  # the run config of the new attempt
-    d.requeue_after = FAST_REQUEUE_SECONDS
+    if report is not None and report.terminal is not None:
+        s.stopping = None  # the trainer finished first: its account stands
+        _finish_driver(d, o, DriverEnd(report.terminal.outcome == Outcome.SUCCEEDED, None, ""),
+                       report)
+        return
+    outcome = _ENDING_STOPS.get(stopping.reason)
+    if outcome is not None:
+        s.stopping = None
+        _end(d, o, outcome, stopping.reason, stopping.message, report)
+        return
+    # A suspension: the RayCluster goes, the run waits for runPolicy.suspend to be cleared.
+    _condition(d, o, ConditionType.RUNNING, False, str(Reason.SUSPENDED), stopping.message)
+    if o.ray_cluster is not None:
+        d.actions.append(Action.DELETE_RAY_CLUSTER)
+        d.requeue_after = FAST_REQUEUE_SECONDS
+        return
+    s.stopping = None
+    checkpoint = s.recovery.last_checkpoint
+    at = f"checkpoint step {checkpoint.step}" if checkpoint else "no checkpoint yet"
+    _condition(d, o, ConditionType.SUSPENDED, True, str(Reason.SUSPENDED),
+               f"{stopping.message}; RayCluster deleted; {at}")
+    _phase(d, o, Phase.SUSPENDED, f"suspended ({at})")
+    d.requeue_after = None
+
+
+def _resume(d: Decision, o: Observed) -> None:
+    """Suspend was cleared: the clocks move on by the time suspended, a new attempt resumes
+    from the checkpoint on a new RayCluster."""
+    s = d.status
+    suspended = s.condition(ConditionType.SUSPENDED)
+    paused = datetime.timedelta(
+        seconds=_seconds(o.now, suspended.last_transition_time) if suspended else 0)
+    if s.active_since is not None:
+        s.active_since += paused
+    if s.pre_running_since is not None:
+        s.pre_running_since += paused
+    _start_attempt(d, o, s.recovery.attempt + 1, str(Reason.RESUMED))
+    _condition(d, o, ConditionType.SUSPENDED, False, str(Reason.RESUMED),
+               f"attempt {s.recovery.attempt} resumes from the latest checkpoint")
+    _phase(d, o, Phase.PROVISIONING, f"resuming with attempt {s.recovery.attempt}")
+
+
+# --- Retry and the end ----------------------------------------------------------------------
+
+def _retry_id(d: Decision, o: Observed) -> str | None:
+    """A retry id not seen before (recorded now), or None."""
+    wanted = (o.annotations.get(ANNOTATION_RETRY) or "").strip()
+    if not wanted or wanted in d.status.seen_retry_ids:
+        return None
+    d.status.seen_retry_ids = bounded(d.status.seen_retry_ids, wanted[:253],
+                                      MAX_SEEN_RETRY_IDS)
+    return wanted
+
+
+def _reopen(d: Decision, o: Observed, retry_id: str) -> None:
+    """A Failed run gets a new attempt (a refused one is judged again from the start)."""
+    s = d.status
+    ended = s.completion_time or o.now
+    if s.active_since is not None:
+        s.active_since += o.now - ended  # time spent Failed is not the run's
+    message = f"grpo.dev/retry={retry_id}: {s.terminal.reason if s.terminal else ''}"
+    s.terminal = None
+    s.completion_time = None
+    _condition(d, o, ConditionType.FAILED, False, str(Reason.RETRY), message)
+    d.events.append(Event("Normal", str(Reason.RETRY), message))
+    if s.children.ray_cluster is None:  # refused at acceptance: nothing was ever made
+        s.phase = Phase.PENDING
+        return
+    s.recovery.restarts = 0
+    _start_attempt(d, o, s.recovery.attempt + 1, str(Reason.RETRY))
+    _condition(d, o, ConditionType.RECOVERING, True, str(Reason.RETRY), message)
+    _phase(d, o, Phase.RECOVERING, f"attempt {s.recovery.attempt} after {message}")
+
+
+def _after_end(d: Decision, o: Observed) -> None:
+    """Cleanup receipt once the RayCluster is gone, then the TTL."""
+    s = d.status
+    d.requeue_after = None
+    if s.terminal is not None and s.terminal.cleanup is None and s.children.ray_cluster:
+        if o.ray_cluster is not None:
+            d.actions.append(Action.DELETE_RAY_CLUSTER)
+            d.requeue_after = FAST_REQUEUE_SECONDS
+            return
+        # Written only once the RayCluster is observed gone.
+        s.terminal.cleanup = Cleanup(ray_cluster_deleted=True, time=o.now)
+        d.events.append(Event("Normal", "CleanedUp", "RayCluster deleted"))
+    ttl = o.spec.run_policy.ttl_seconds_after_finished
+    if ttl is None or s.completion_time is None:
+        return
+    left = ttl - _seconds(o.now, s.completion_time)
+    if left <= 0:
+        d.actions.append(Action.DELETE_RUN)
+    else:
+        d.requeue_after = left
+
+
+# --- The pass -------------------------------------------------------------------------------
+
+def _accept(d: Decision, o: Observed) -> bool:
+    s = d.status
+    refusal = accept(o.spec, o.pvcs)
+    if refusal is not None:
+        _refuse(d, o, refusal)
+        return False
+    _condition(d, o, ConditionType.ACCEPTED, True, "Accepted",
+               "the plan fits the budget and the volumes fit the placement")
+    _phase(d, o, Phase.ACCEPTED, "accepted")
+    s.start_time = o.now
+    if not o.spec.run_policy.queue_name:
+        s.pre_running_since = o.created or o.now
+    s.ledger.planned_steps = o.spec.algorithm.max_steps
+    names = ChildNames(o.name)
+    s.children = Children(
+        ray_cluster=names.ray_cluster, run_config_map=names.run_config_map,
+        report_config_map=names.report_config_map, service_account=names.service_account,
+        auth_secret=names.auth_secret,
+    )
+    _start_attempt(d, o, s.recovery.attempt + 1, "Started")
+    return True
+
+
+def _held_by_kueue(o: Observed) -> bool:
+    return (bool(o.spec.run_policy.queue_name) and o.ray_cluster is not None
+            and (o.ray_cluster.get("spec") or {}).get("suspend") is True)
+
+
+def _queue(d: Decision, o: Observed) -> None:
+    """Kueue holds the RayCluster: the run waits in its queue. A running attempt was
+    preempted; the next one starts when Kueue admits the cluster again (not a restart)."""
+    s = d.status
+    if s.phase == Phase.RUNNING:
+        d.delete_jobs.append(s.children.driver_job)
+        _start_attempt(d, o, s.recovery.attempt + 1, str(Reason.PREEMPTED))
+        _condition(d, o, ConditionType.RUNNING, False, str(Reason.PREEMPTED),
+                   "Kueue suspended the RayCluster")
+    _phase(d, o, Phase.QUEUED, f"waiting for Kueue to admit the RayCluster "
+                               f"(queue {o.spec.run_policy.queue_name})")
+    d.actions.append(Action.ENSURE_RUN_CHILDREN)
+
+
+def _cluster_lost(o: Observed, s: GRPORunStatus, health: ClusterHealth) -> bool:
+    """The RayCluster of a running attempt is gone, or a cluster that was ready has been
+    unready for longer than the bound. One never ready yet is waited for (deadlines bound
+    that wait), and so is one being deleted while recovering (it is made again once gone)."""
+    if health == ClusterHealth.HEALTHY:
+        return False
+    if health in (ClusterHealth.ABSENT, ClusterHealth.DELETING):
+        return s.phase == Phase.RUNNING
+    ready = s.condition(ConditionType.CLUSTER_READY)
+    created = o.ray_cluster["metadata"].get("creationTimestamp")
+    if ready is None or ready.status == "True" or not created:
+        return False
+    created_at = datetime.datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+    return (created_at <= ready.last_transition_time and
+            _seconds(o.now, ready.last_transition_time) > o.policy.cluster_unhealthy_seconds)
 
 
 def decide(o: Observed) -> Decision:
     d = Decision(status=o.status.model_copy(deep=True))
     s = d.status
     s.observed_generation = o.generation
-    names = ChildNames(o.name)
+    _meter_gpus(d, o)
+    retry_id = _retry_id(d, o)
 
     if s.phase is not None and s.phase.is_terminal:
-        _cleanup(d, o)
-        return d
-
-    if s.phase in (None, Phase.PENDING):
-        refusal = accept(o.spec, o.pvcs)
-        if refusal is not None:
-            _refuse(d, o, refusal)
+        if not (retry_id and s.phase == Phase.FAILED):
+            _after_end(d, o)
             return d
-        _condition(d, o, ConditionType.ACCEPTED, True, "Accepted",
-                   "the plan fits the budget and the volumes fit the placement")
-        _phase(d, o, Phase.ACCEPTED, "accepted")
-        s.start_time = o.now
-        s.ledger.planned_steps = o.spec.algorithm.max_steps
-        s.children = Children(
-            ray_cluster=names.ray_cluster, run_config_map=names.run_config_map,
-            report_config_map=names.report_config_map, service_account=names.service_account,
-            auth_secret=names.auth_secret,
-        )
-        _start_attempt(d, o, 1, "Started")
+        _reopen(d, o, retry_id)
+
+    if s.phase in (None, Phase.PENDING) and not _accept(d, o):
+        return d
 
     health = cluster_health(o.ray_cluster, o.spec.resources.workers)
     _condition(d, o, ConditionType.CLUSTER_READY, health == ClusterHealth.HEALTHY, str(health))
 
-    if o.spec.run_policy.cancel:
-        if s.children.driver_job:
-            d.actions.append(Action.DELETE_DRIVER_JOB)
-        _end(d, o, Outcome.CANCELLED, str(Reason.CANCELLED), "runPolicy.cancel is set", None)
+    wanted = _stop_wanted(o, s)
+    if wanted is not None:
+        reason, message = wanted
+        current = s.stopping
+        if current is None or (reason in _ENDING_STOPS and current.reason not in _ENDING_STOPS):
+            s.stopping = Stopping(reason=reason, message=message, time=o.now)
+            d.events.append(Event("Normal", "Stopping",
+                                  f"{message}: stopping the trainer with a checkpoint"))
+    if s.stopping is not None:
+        _stop(d, o)
         return d
 
-    if s.phase in (Phase.ACCEPTED, Phase.PROVISIONING, Phase.RECOVERING):
+    if s.phase == Phase.SUSPENDED:
+        if o.spec.run_policy.suspend:
+            d.requeue_after = None
+            return d
+        _resume(d, o)
+
+    if _held_by_kueue(o):
+        _queue(d, o)
+        return d
+    if s.pre_running_since is None and s.active_since is None and o.ray_cluster is not None:
+        s.pre_running_since = o.now  # Kueue admitted the RayCluster
+
+    if s.phase in (Phase.ACCEPTED, Phase.QUEUED, Phase.PROVISIONING, Phase.RECOVERING):
         d.actions.append(Action.ENSURE_RUN_CHILDREN)
         if health != ClusterHealth.HEALTHY:
+            if s.phase == Phase.RECOVERING and _cluster_lost(o, s, health):
+                d.actions.append(Action.DELETE_RAY_CLUSTER)
+                d.events.append(Event("Warning", str(Reason.CLUSTER_UNHEALTHY),
+                                      "RayCluster unready for too long: recreating it"))
             if s.phase != Phase.RECOVERING:
                 _phase(d, o, Phase.PROVISIONING, "waiting for the RayCluster to be ready")
-            d.requeue_after = FAST_REQUEUE_SECONDS
+            d.requeue_after = _sooner(FAST_REQUEUE_SECONDS, _next_check(o, s))
             return d
+        if s.active_since is None:
+            s.active_since = o.now
         if s.phase == Phase.RECOVERING:
             _condition(d, o, ConditionType.RECOVERING, False, "Resumed",
                        f"attempt {s.recovery.attempt} started")
@@ -264,35 +568,28 @@ def decide(o: Observed) -> Decision:
         d.requeue_after = FAST_REQUEUE_SECONDS
         return d
 
-    # Running: mirror the trainer's report, and act on the driver's end.
-    report, problem = read_report(o, s)
-    if problem is not None:
-        d.events.append(problem)
-    if report is not None:
-        _mirror(d, o, report)
+    # Running: mirror the trainer's report, and act on the driver's end or a lost cluster.
+    report = _read_and_mirror(d, o)
+    if _cluster_lost(o, s, health):
+        d.delete_jobs.append(s.children.driver_job)
+        if o.ray_cluster is not None:
+            d.actions.append(Action.DELETE_RAY_CLUSTER)
+        _restart(d, o, str(Reason.CLUSTER_UNHEALTHY),
+                 f"the RayCluster is {str(health).lower()}", report)
+        return d
     # A missing Job of the current attempt is (re)created under the same name: the operator
     # may have stopped between recording the attempt and creating it, and a new driver attaches
     # to the attempt's Ray job by its submission id instead of starting another.
     end = driver_end(o.driver_job, o.driver_pods) if o.driver_job is not None else None
     if end is None:
         d.actions.append(Action.ENSURE_DRIVER_JOB)
-        d.requeue_after = FAST_REQUEUE_SECONDS if o.driver_job is None else STEADY_REQUEUE_SECONDS
+        d.requeue_after = _sooner(
+            FAST_REQUEUE_SECONDS if o.driver_job is None else STEADY_REQUEUE_SECONDS,
+            _next_check(o, s))
         return d
     _finish_driver(d, o, end, report)
     return d
 
 
-def _cleanup(d: Decision, o: Observed) -> None:
-    s = d.status
-    done = s.terminal is None or (s.terminal.cleanup and s.terminal.cleanup.ray_cluster_deleted)
-    if done or s.children.ray_cluster is None:  # refused runs never had children
-        d.requeue_after = None
-        return
-    if o.ray_cluster is not None:
-        d.actions.append(Action.DELETE_RAY_CLUSTER)
-        d.requeue_after = FAST_REQUEUE_SECONDS
-        return
-    # Written only once the RayCluster is observed gone.
-    s.terminal.cleanup = Cleanup(ray_cluster_deleted=True, time=o.now)
-    d.events.append(Event("Normal", "CleanedUp", "RayCluster deleted"))
-    d.requeue_after = None
+def _sooner(a: float, b: float | None) -> float:
+    return a if b is None else min(a, b)

@@ -216,19 +216,6 @@ def test_no_restart_left_fails_the_run():
     assert d.status.terminal.reason == "MaxRestartsExceeded"
 
 
-def test_cancel_ends_the_run_keeping_its_ledger():
-    status = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
-                            report_data=report(3, steps=2))).status
-    cancelled = SPEC.model_copy(update={"run_policy": SPEC.run_policy.model_copy(
-        update={"cancel": True})})
-    d = decide(Observed(name="r", generation=2, spec=cancelled, status=status, now=NOW,
-                        ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB))
-    assert d.status.phase == "Cancelled"
-    assert d.status.terminal.outcome == "Cancelled"
-    assert d.status.ledger.completed_steps == 2
-    assert d.actions == [Action.DELETE_DRIVER_JOB, Action.DELETE_RAY_CLUSTER]
-
-
 def test_a_missing_driver_job_is_created_again_under_the_same_attempt():
     d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=None))
     assert d.status.phase == "Running" and d.status.recovery.attempt == 1

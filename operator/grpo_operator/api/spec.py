@@ -43,16 +43,20 @@ class BudgetSpec(ApiModel):
     """Completion tokens the whole run may generate (all attempts)."""
     max_gpu_hours: StrictFloat | None = Field(default=None, gt=0, le=10**7, alias="maxGPUHours")
     """GPU-hours the run may use, metered by the operator from the GPU pods' Running time
-    (provisioning and recovery count)."""
+    (provisioning and recovery count). When reached, the trainer is stopped with a checkpoint
+    and the run fails with BudgetExhausted. Editable."""
     stop_at_limit: StrictBool = False
     """false: the worst case of the whole plan must fit the budget at acceptance (an aggregate
     admission). true: at least one full step must fit; the trainer stops at the limit with a
     checkpoint and reason BudgetExhausted."""
     active_deadline_seconds: StrictInt | None = Field(default=None, ge=1, le=31_536_000)
-    """Wall-clock limit from the start of the run; the run fails with DeadlineExceeded."""
+    """Wall-clock limit counted from when the RayCluster was first ready, over all attempts
+    (restarts do not reset it), time Suspended excluded. When it passes, the trainer is stopped
+    with a checkpoint and the run fails with DeadlineExceeded. Editable."""
     pre_running_deadline_seconds: StrictInt | None = Field(default=None, ge=1, le=31_536_000)
-    """Limit on the time before the trainer runs, counted from Kueue's admission (or from
-    creation without a queue); the run fails with DeadlineExceeded."""
+    """Limit on the time until the RayCluster is first ready, counted from Kueue's admission
+    (or from the run's creation without a queue), time Suspended excluded; the run fails with
+    PreRunningDeadlineExceeded. Editable."""
 
 
 class RecoveryGranularity(StrEnum):

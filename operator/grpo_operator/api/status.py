@@ -154,7 +154,10 @@ class Ledger(TrainerLedger):
     """Progress and spending of the run."""
 
     gpu_seconds: NonNegative = 0.0
-    """GPU-seconds metered by the operator from the GPU pods' Running time."""
+    """GPU-seconds metered by the operator from the GPU pods' Running time (all attempts,
+    provisioning and recovery included), sampled at least every 30 s."""
+    gpu_metered_time: Timestamp | None = None
+    """When gpuSeconds was last brought up to date."""
     last_report_time: Timestamp | None = None
     """Time of the last accepted trainer report."""
     budget_remaining: BudgetRemaining | None = None
@@ -178,7 +181,8 @@ class RecoveryRecord(ApiModel):
     attempt: Attempt
     """The attempt number."""
     reason: ReasonText
-    """Why it started (e.g. Started, RetryableFailure, PodVanished, Resumed, Retry)."""
+    """Why it started (Started, a failure's reason such as RetryableFailure or Interrupted,
+    ClusterUnhealthy, Preempted, Resumed, Retry)."""
     time: Timestamp
     """When it started."""
     from_step: Step
@@ -238,6 +242,18 @@ class Terminal(TrainerTerminal):
     """Teardown receipt."""
 
 
+class Stopping(ApiModel):
+    """A stop in progress: the driver was asked to write a checkpoint and exit; once it has
+    (or the grace period is over) the RayCluster is deleted and the run is Suspended or ends."""
+
+    reason: ReasonText
+    """Suspended, Cancelled, DeadlineExceeded, PreRunningDeadlineExceeded or BudgetExhausted."""
+    message: Message = ""
+    """Human-readable details."""
+    time: Timestamp
+    """When the stop was asked for."""
+
+
 class Children(ApiModel):
     """Names of the objects the operator made for the run."""
 
@@ -274,6 +290,13 @@ class GRPORunStatus(ApiModel):
     """Kubernetes conditions, one per type."""
     start_time: Timestamp | None = None
     """When the run was accepted."""
+    pre_running_since: Timestamp | None = None
+    """Start of the clock of budget.preRunningDeadlineSeconds: Kueue's admission of the
+    RayCluster, or the run's creation without a queue; moved forward by time spent Suspended.
+    The clock stops when the cluster is first ready."""
+    active_since: Timestamp | None = None
+    """Start of the clock of budget.activeDeadlineSeconds: when the cluster was first ready;
+    moved forward by time spent Suspended, not reset by restarts."""
     completion_time: Timestamp | None = None
     """When the run reached a terminal phase."""
     children: Children = Field(default_factory=Children)
@@ -282,6 +305,8 @@ class GRPORunStatus(ApiModel):
     """Progress and spending."""
     recovery: Recovery = Field(default_factory=Recovery)
     """Attempts, restarts, checkpoints."""
+    stopping: Stopping | None = None
+    """A stop (suspend, cancel, deadline, GPU budget) waiting for the trainer's checkpoint."""
     terminal: Terminal | None = None
     """How the run ended."""
     accepted_report: ReportCursor | None = None
@@ -289,7 +314,8 @@ class GRPORunStatus(ApiModel):
     seen_retry_ids: list[Annotated[Str, Field(max_length=253)]] = Field(
         default_factory=list, max_length=MAX_SEEN_RETRY_IDS
     )
-    """Operation ids of grpo.dev/retry annotations already acted on (the newest 16)."""
+    """Operation ids of grpo.dev/retry annotations already seen (the newest 16): an id is acted
+    on only if the run had Failed when it was first seen."""
 
     def condition(self, type_: ConditionType | str) -> Condition | None:
         """The condition of that type, if present."""

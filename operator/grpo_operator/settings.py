@@ -1,0 +1,49 @@
+"""The operator's settings, from its environment (the Helm chart sets them)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from grpo_operator.reconcile import Policy
+
+
+@dataclass(frozen=True)
+class Settings:
+    workers: int = 2
+    """Reconcile worker threads (runs are reconciled one at a time each)."""
+    metrics_port: int = 0
+    """Port of the Prometheus /metrics endpoint (0: not served)."""
+    policy: Policy = field(default_factory=Policy)
+
+
+def _number(env: Mapping[str, str], name: str, default: float, cast: type = float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = cast(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+    if value < 0:
+        raise ValueError(f"{name}={raw!r} must not be negative")
+    return value
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from GRPO_* variables; a malformed one is an error naming it."""
+    env = os.environ if env is None else env
+    defaults = Policy()
+    return Settings(
+        workers=max(1, int(_number(env, "GRPO_WORKERS", 2, int))),
+        metrics_port=int(_number(env, "GRPO_METRICS_PORT", 0, int)),
+        policy=Policy(
+            cluster_unhealthy_seconds=_number(env, "GRPO_CLUSTER_UNHEALTHY_SECONDS",
+                                              defaults.cluster_unhealthy_seconds),
+            meter_interval_seconds=_number(env, "GRPO_METER_INTERVAL_SECONDS",
+                                           defaults.meter_interval_seconds),
+            stop_slack_seconds=_number(env, "GRPO_STOP_SLACK_SECONDS",
+                                       defaults.stop_slack_seconds),
+        ),
+    )

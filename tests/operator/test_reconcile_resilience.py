@@ -1,0 +1,305 @@
+"""Stops (cancel, suspend, deadlines, GPU budget), Kueue, lost clusters, GPU metering, retry
+and TTL in the pure phase machine."""
+
+from __future__ import annotations
+
+import datetime
+
+from grpo_operator.api.ray_job import driver_termination_grace_s
+from grpo_operator.api.report import Report, TrainerState
+from grpo_operator.api.status import CheckpointRef, GRPORunStatus, TrainerLedger, TrainerRecovery
+from grpo_operator.reconcile import Action, Observed, Policy, decide
+from tests.operator.test_reconcile import (
+    HEALTHY_RC,
+    NOW,
+    RUNNING_JOB,
+    SPEC,
+    _job,
+    _pod,
+    report,
+    running_status,
+)
+
+SECOND = datetime.timedelta(seconds=1)
+
+
+def spec(**sections):
+    """SPEC with fields of its sections replaced, e.g. run_policy={"suspend": True}."""
+    update = {name: getattr(SPEC, name).model_copy(update=fields)
+              for name, fields in sections.items()}
+    return SPEC.model_copy(update=update)
+
+
+def at(status: GRPORunStatus, seconds: float = 0, spec_=SPEC, **kw) -> Observed:
+    return Observed(name="r", generation=1, spec=spec_, status=status,
+                    now=NOW + seconds * SECOND, **kw)
+
+
+def suspended_report(sequence: int = 5, attempt: int = 1) -> str:
+    checkpoint = CheckpointRef(step=2, path="/checkpoints/u/step_2", sha256="b" * 64, time=NOW)
+    return Report(schema_version=1, attempt=attempt, sequence=sequence, time=NOW,
+                  state=TrainerState.SUSPENDED,
+                  ledger=TrainerLedger(planned_steps=3, completed_steps=2, generated_tokens=80),
+                  recovery=TrainerRecovery(last_checkpoint=checkpoint)).to_json()
+
+
+def rc_created(seconds: float) -> dict:
+    created = (NOW + seconds * SECOND).isoformat().replace("+00:00", "Z")
+    return {"metadata": {"name": "r", "creationTimestamp": created},
+            "status": {"conditions": [{"type": "HeadPodReady", "status": "False"}]}}
+
+
+# --- Stops ------------------------------------------------------------------------------------
+
+def test_cancel_stops_the_driver_with_a_checkpoint_then_ends_keeping_the_ledger():
+    cancel = spec(run_policy={"cancel": True})
+    status = decide(at(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                       report_data=report(3, steps=1))).status
+    asking = decide(at(status, 1, cancel, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                       report_data=report(3, steps=1)))
+    assert asking.status.stopping.reason == "Cancelled"
+    assert asking.delete_jobs == ["r-a1"] and Action.DELETE_RAY_CLUSTER not in asking.actions
+    assert asking.status.phase == "Running"
+    # The driver is going (its Job deleted, the pod still finishing): wait for the checkpoint.
+    waiting = decide(at(asking.status, 2, cancel, ray_cluster=HEALTHY_RC,
+                        driver_pods=[{"status": {"phase": "Running"}}],
+                        report_data=report(3, steps=1)))
+    assert waiting.status.phase == "Running" and waiting.delete_jobs == []
+    done = decide(at(waiting.status, 3, cancel, ray_cluster=HEALTHY_RC,
+                     report_data=suspended_report()))
+    s = done.status
+    assert s.phase == "Cancelled" and s.terminal.reason == "Cancelled"
+    assert s.stopping is None
+    assert s.ledger.completed_steps == 2  # the ledger of the last report
+    assert s.recovery.last_checkpoint.step == 2
+    assert Action.DELETE_RAY_CLUSTER in done.actions
+
+
+def test_a_stop_waits_no_longer_than_the_drivers_grace_period():
+    cancel = spec(run_policy={"cancel": True})
+    asking = decide(at(running_status(), 0, cancel, ray_cluster=HEALTHY_RC,
+                       driver_job=RUNNING_JOB))
+    pods = [{"status": {"phase": "Running"}}]
+    grace = (driver_termination_grace_s(SPEC.resources.termination_grace_period_seconds)
+             + Policy().stop_slack_seconds)
+    before = decide(at(asking.status, grace - 1, cancel, ray_cluster=HEALTHY_RC,
+                       driver_pods=pods))
+    assert before.status.phase == "Running"
+    after = decide(at(asking.status, grace + 1, cancel, ray_cluster=HEALTHY_RC,
+                      driver_pods=pods))
+    assert after.status.phase == "Cancelled"
+
+
+def test_suspend_checkpoints_deletes_the_cluster_and_resume_starts_a_new_attempt():
+    suspend, resume = spec(run_policy={"suspend": True}), SPEC
+    asking = decide(at(running_status(), 0, suspend, ray_cluster=HEALTHY_RC,
+                       driver_job=RUNNING_JOB))
+    assert asking.status.stopping.reason == "Suspended" and asking.delete_jobs == ["r-a1"]
+    deleting = decide(at(asking.status, 5, suspend, ray_cluster=HEALTHY_RC,
+                         report_data=suspended_report()))
+    assert deleting.actions == [Action.DELETE_RAY_CLUSTER]
+    assert deleting.status.phase == "Running"  # until the RayCluster is gone
+    gone = decide(at(deleting.status, 6, suspend, report_data=suspended_report()))
+    s = gone.status
+    assert s.phase == "Suspended" and s.stopping is None and gone.requeue_after is None
+    assert s.condition("Suspended").status == "True"
+    assert "checkpoint step 2" in s.condition("Suspended").message
+    assert gone.actions == []
+    still = decide(at(s, 600, suspend))
+    assert still.status.phase == "Suspended" and still.actions == []
+
+    resumed = decide(at(s, 606, resume))
+    r = resumed.status
+    assert r.phase == "Provisioning"
+    assert (r.recovery.attempt, r.recovery.restarts) == (2, 0)  # not a restart
+    assert r.recovery.history[-1].reason == "Resumed"
+    assert r.children.driver_job == "r-a2"
+    assert r.condition("Suspended").status == "False"
+    assert Action.ENSURE_RUN_CHILDREN in resumed.actions
+    # The active clock moved on by the 600 s suspended.
+    assert r.active_since == s.active_since + 600 * SECOND
+
+
+def test_the_active_deadline_survives_restarts_and_ends_the_run():
+    limited = spec(budget={"active_deadline_seconds": 100})
+    status = running_status()
+    started = status.active_since
+    failed = decide(at(status, 50, limited, ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+                       driver_pods=[_pod(14)])).status
+    again = decide(at(failed, 51, limited, ray_cluster=HEALTHY_RC)).status
+    assert again.phase == "Running" and again.active_since == started  # not reset
+    running = decide(at(again, 99, limited, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB))
+    assert running.status.stopping is None
+    assert running.requeue_after <= 5
+    over = decide(at(again, 101, limited, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB))
+    assert over.status.stopping.reason == "DeadlineExceeded"
+    ended = decide(at(over.status, 102, limited, ray_cluster=HEALTHY_RC))
+    assert ended.status.phase == "Failed"
+    assert ended.status.terminal.reason == "DeadlineExceeded"
+
+
+def test_the_pre_running_deadline_counts_from_creation_and_stops_at_the_first_ready_cluster():
+    limited = spec(budget={"pre_running_deadline_seconds": 60})
+    created = NOW - 30 * SECOND
+    accepted = decide(Observed(name="r", generation=1, spec=limited, status=GRPORunStatus(),
+                               now=NOW, created=created)).status
+    assert accepted.pre_running_since == created
+    waiting = decide(at(accepted, 20, limited, ray_cluster=rc_created(0)))
+    assert waiting.status.phase == "Provisioning" and waiting.status.stopping is None
+    assert waiting.requeue_after <= 1
+    over = decide(at(waiting.status, 31, limited, ray_cluster=rc_created(0)))
+    # Nothing runs yet, so the stop goes straight on to the end.
+    assert over.status.phase == "Failed" and over.status.stopping is None
+    assert over.status.terminal.reason == "PreRunningDeadlineExceeded"
+    assert Action.DELETE_RAY_CLUSTER in over.actions
+    # A cluster ready in time stops that clock for good.
+    ready = decide(at(accepted, 20, limited, ray_cluster=HEALTHY_RC)).status
+    later = decide(at(ready, 3600, limited, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB))
+    assert later.status.stopping is None and later.status.phase == "Running"
+
+
+# --- Kueue --------------------------------------------------------------------------------------
+
+def test_a_run_waits_queued_while_kueue_holds_its_cluster_and_preemption_is_not_a_restart():
+    queued = spec(run_policy={"queue_name": "team-a"})
+    held = {"metadata": {"name": "r"}, "spec": {"suspend": True}}
+    accepted = decide(at(GRPORunStatus(), 0, queued)).status
+    assert accepted.pre_running_since is None  # the clock starts at Kueue's admission
+    waiting = decide(at(accepted, 1, queued, ray_cluster=held))
+    assert waiting.status.phase == "Queued"
+    assert waiting.status.pre_running_since is None
+    admitted = decide(at(waiting.status, 60, queued, ray_cluster={"metadata": {"name": "r"},
+                                                                  "spec": {"suspend": False}}))
+    assert admitted.status.phase == "Provisioning"
+    assert admitted.status.pre_running_since == NOW + 60 * SECOND
+    running = decide(at(admitted.status, 61, queued, ray_cluster=HEALTHY_RC)).status
+    assert running.phase == "Running"
+
+    preempted = decide(at(running, 100, queued, ray_cluster=held, driver_job=RUNNING_JOB))
+    p = preempted.status
+    assert p.phase == "Queued" and p.recovery.restarts == 0
+    assert (p.recovery.attempt, p.recovery.history[-1].reason) == (2, "Preempted")
+    assert preempted.delete_jobs == ["r-a1"]
+    # The operator never writes the RayCluster's spec: it only ensures its children exist.
+    assert Action.DELETE_RAY_CLUSTER not in preempted.actions
+
+
+# --- A lost cluster -------------------------------------------------------------------------------
+
+def test_a_running_attempts_deleted_cluster_is_a_restart_on_a_new_cluster():
+    d = decide(at(running_status(), 10, ray_cluster=None, driver_job=RUNNING_JOB))
+    s = d.status
+    assert s.phase == "Recovering" and (s.recovery.attempt, s.recovery.restarts) == (2, 1)
+    assert s.recovery.history[-1].reason == "ClusterUnhealthy"
+    assert d.delete_jobs == ["r-a1"]
+    assert Action.ENSURE_RUN_CHILDREN in d.actions  # makes the RayCluster again
+
+
+def test_a_cluster_unready_for_longer_than_the_bound_is_recreated():
+    policy = Policy(cluster_unhealthy_seconds=60)
+    status = running_status()  # ready at NOW
+    old = rc_created(-100)
+    brief = decide(at(status, 10, ray_cluster=old, driver_job=RUNNING_JOB, policy=policy))
+    assert brief.status.phase == "Running" and brief.delete_jobs == []
+    long = decide(at(brief.status, 80, ray_cluster=old, driver_job=RUNNING_JOB, policy=policy))
+    assert long.status.phase == "Recovering"
+    assert Action.DELETE_RAY_CLUSTER in long.actions and long.delete_jobs == ["r-a1"]
+    # The new cluster (created after the old one went unready) is waited for, not deleted.
+    new = decide(at(long.status, 200, ray_cluster=rc_created(81), policy=policy))
+    assert Action.DELETE_RAY_CLUSTER not in new.actions
+    assert new.status.phase == "Recovering"
+
+
+def test_recovering_on_a_cluster_that_stays_unready_recreates_it_once_past_the_bound():
+    policy = Policy(cluster_unhealthy_seconds=60)
+    old = rc_created(-100)
+    unready = decide(at(running_status(), 5, ray_cluster=old, driver_job=_job("Failed"),
+                        driver_pods=[_pod(14)], policy=policy)).status
+    assert unready.phase == "Recovering"
+    waiting = decide(at(unready, 30, ray_cluster=old, policy=policy))
+    assert Action.DELETE_RAY_CLUSTER not in waiting.actions
+    past = decide(at(waiting.status, 70, ray_cluster=old, policy=policy))
+    assert Action.DELETE_RAY_CLUSTER in past.actions
+    assert past.status.recovery.restarts == 1  # the driver's failure, not another
+
+
+# --- GPU metering -------------------------------------------------------------------------------
+
+def gpu_pod(gpus: int, started_seconds: float, phase: str = "Running") -> dict:
+    started = (NOW + started_seconds * SECOND).isoformat().replace("+00:00", "Z")
+    return {"metadata": {"name": "w"},
+            "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": {"phase": phase, "startTime": started, "containerStatuses": [
+                {"state": {"running": {"startedAt": started}}}]}}
+
+
+def test_gpu_seconds_are_metered_from_running_gpu_pods_and_enforce_the_gpu_budget():
+    limited = spec(budget={"max_gpu_hours": 0.01})  # 36 GPU-seconds
+    status = decide(at(running_status(), 0, limited)).status
+    head = {"metadata": {"name": "h"}, "spec": {"containers": [{}]},
+            "status": {"phase": "Running", "startTime": "2026-11-29T11:00:00Z"}}
+    first = decide(at(status, 10, limited, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                      gpu_pods=[gpu_pod(1, 0), gpu_pod(2, 4), gpu_pod(4, 0, "Pending"), head]))
+    ledger = first.status.ledger
+    assert ledger.gpu_seconds == 1 * 10 + 2 * 6
+    assert ledger.gpu_metered_time == NOW + 10 * SECOND
+    assert ledger.budget_remaining.gpu_hours == round(0.01 - 22 / 3600, 6)
+    idle = decide(at(first.status, 20, limited, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                     gpu_pods=[]))
+    assert idle.status.ledger == ledger  # nothing ran: nothing added, nothing rewritten
+    over = decide(at(idle.status, 30, limited, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                     gpu_pods=[gpu_pod(1, 0)]))
+    assert over.status.ledger.gpu_seconds == 22 + 20
+    assert over.status.stopping.reason == "BudgetExhausted"
+
+
+# --- Retry and TTL --------------------------------------------------------------------------------
+
+def failed_run() -> GRPORunStatus:
+    status = running_status()
+    status.recovery.restarts = SPEC.run_policy.max_restarts
+    failed = decide(at(status, 1, ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+                       driver_pods=[_pod(14)])).status
+    assert failed.terminal.reason == "MaxRestartsExceeded"
+    return failed
+
+
+def test_a_retry_id_reopens_a_failed_run_once():
+    failed = failed_run()
+    retried = decide(at(failed, 60, annotations={"grpo.dev/retry": "op-1"}))
+    s = retried.status
+    assert s.phase == "Recovering" and s.terminal is None and s.completion_time is None
+    assert (s.recovery.attempt, s.recovery.restarts) == (2, 0)
+    assert s.recovery.history[-1].reason == "Retry"
+    assert s.seen_retry_ids == ["op-1"]
+    assert s.condition("Failed").status == "False"
+    assert Action.ENSURE_RUN_CHILDREN in retried.actions
+    failed_again = failed_run()
+    failed_again.seen_retry_ids = ["op-1"]
+    same = decide(at(failed_again, 60, annotations={"grpo.dev/retry": "op-1"}))
+    assert same.status.phase == "Failed" and same.status.recovery.attempt == 1
+
+
+def test_a_retry_id_first_seen_before_the_failure_is_not_acted_on():
+    seen = decide(at(running_status(), 1, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                     annotations={"grpo.dev/retry": "in-git"})).status
+    assert seen.seen_retry_ids == ["in-git"] and seen.phase == "Running"
+
+
+def test_a_refused_run_retried_is_judged_again():
+    small = spec(budget={"max_generated_tokens": 10})
+    refused = decide(at(GRPORunStatus(), 0, small)).status
+    assert refused.phase == "Failed"
+    again = decide(at(refused, 5, SPEC, annotations={"grpo.dev/retry": "budget-raised"}))
+    assert again.status.phase == "Provisioning" and again.status.recovery.attempt == 1
+
+
+def test_ttl_deletes_the_run_after_the_end_and_its_cleanup():
+    ttl = spec(run_policy={"ttl_seconds_after_finished": 100})
+    ended = decide(at(running_status(), 0, ttl, ray_cluster=HEALTHY_RC,
+                      driver_job=_job("Failed"), driver_pods=[_pod(10)])).status
+    cleaned = decide(at(ended, 1, ttl))
+    assert cleaned.status.terminal.cleanup is not None
+    assert cleaned.requeue_after == 99 and cleaned.actions == []
+    due = decide(at(cleaned.status, 100, ttl))
+    assert due.actions == [Action.DELETE_RUN]

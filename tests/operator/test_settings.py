@@ -1,0 +1,26 @@
+"""Operator settings from the environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo_operator.settings import from_env
+
+
+def test_defaults_and_overrides():
+    default = from_env({})
+    assert (default.workers, default.metrics_port) == (2, 0)
+    assert default.policy.cluster_unhealthy_seconds == 300
+    own = from_env({"GRPO_WORKERS": "4", "GRPO_METRICS_PORT": "9090",
+                    "GRPO_CLUSTER_UNHEALTHY_SECONDS": "12.5",
+                    "GRPO_METER_INTERVAL_SECONDS": "5"})
+    assert (own.workers, own.metrics_port) == (4, 9090)
+    assert own.policy.cluster_unhealthy_seconds == 12.5
+    assert own.policy.meter_interval_seconds == 5
+
+
+@pytest.mark.parametrize("env", [{"GRPO_METRICS_PORT": "http"},
+                                 {"GRPO_CLUSTER_UNHEALTHY_SECONDS": "-1"}])
+def test_a_malformed_setting_is_an_error_naming_it(env):
+    with pytest.raises(ValueError, match=next(iter(env))):
+        from_env(env)
