@@ -51,6 +51,7 @@ def grants(rules: list[dict]) -> set[tuple[str, str, str]]:
 RUN_GRANTS = {
     ("grpo.dev", "grporuns", "get"), ("grpo.dev", "grporuns", "list"),
     ("grpo.dev", "grporuns", "watch"), ("grpo.dev", "grporuns", "patch"),
+    ("grpo.dev", "grporuns", "delete"),
     ("grpo.dev", "grporuns/status", "patch"),
     ("", "events", "create"),
     ("", "configmaps", "create"), ("", "configmaps", "get"), ("", "configmaps", "patch"),
@@ -77,7 +78,7 @@ def test_lint_passes_strictly(helm_bin, extra):
 def test_default_is_one_cluster_wide_role_with_exactly_the_operators_grants(helm_bin):
     docs = render(helm_bin)
     assert {d["kind"] for d in docs} == {
-        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"}
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"}
     assert grants(rules_of(docs, "ClusterRole")) == RUN_GRANTS | CRD_GRANTS
     binding = by_kind(docs, "ClusterRoleBinding")[0]
     assert binding["subjects"] == [
@@ -144,8 +145,14 @@ def test_values_reach_the_pod(helm_bin):
     assert pod["containers"][0]["resources"]["limits"] == {"cpu": 1, "memory": "512Mi"}
 
 
-def test_metrics_are_off_by_default_and_target_the_metrics_port_when_on(helm_bin):
-    assert not by_kind(render(helm_bin), "Service")
+def test_metrics_are_served_by_default_and_can_be_turned_off(helm_bin):
+    default = render(helm_bin)
+    assert [s["metadata"]["name"] for s in by_kind(default, "Service")] == [
+        "grpo-operator-metrics"]
+    off = render(helm_bin, "--set", "metrics.enabled=false")
+    assert not by_kind(off, "Service")
+    env = by_kind(off, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "GRPO_METRICS_PORT" not in {e["name"] for e in env}
     docs = render(helm_bin, "--set", "metrics.enabled=true", "--set", "metrics.port=9191",
                   "--set", "metrics.serviceMonitor.enabled=true")
     (service,) = by_kind(docs, "Service")
@@ -160,7 +167,7 @@ def test_metrics_are_off_by_default_and_target_the_metrics_port_when_on(helm_bin
 
 
 def test_a_service_monitor_without_metrics_is_refused(helm_bin):
-    proc = run_helm(helm_bin, "template", "x", str(CHART),
+    proc = run_helm(helm_bin, "template", "x", str(CHART), "--set", "metrics.enabled=false",
                     "--set", "metrics.serviceMonitor.enabled=true")
     assert proc.returncode != 0
     assert "metrics.serviceMonitor.enabled needs metrics.enabled" in proc.stderr

@@ -53,10 +53,11 @@ Secrets: the operator only creates the per-run Ray auth Secret.
 */}}
 {{- define "grpo-operator.runRules" -}}
 # kopf lists and watches GRPORuns and patches them (its finalizer/annotations); the
-# controller reads each run by name.
+# controller reads each run by name, and deletes a finished one whose
+# runPolicy.ttlSecondsAfterFinished has passed.
 - apiGroups: ["grpo.dev"]
   resources: ["grporuns"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
 - apiGroups: ["grpo.dev"]
   resources: ["grporuns/status"]
   verbs: ["patch"]
@@ -84,7 +85,8 @@ Secrets: the operator only creates the per-run Ray auth Secret.
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["create", "get", "delete"]
-# Observation: a failed driver's pods (by label), the input PersistentVolumeClaims at acceptance.
+# Observation: a failed or stopping driver's pods and the RayCluster's pods (GPU metering), by
+# label; the input PersistentVolumeClaims at acceptance.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list"]
