@@ -71,6 +71,23 @@ class Runs:
         return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace,
                                                         PLURAL, name)
 
+    def patch(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch the run (spec, annotations), as `kubectl patch --type merge` does."""
+        return self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace,
+                                                          PLURAL, name, body)
+
+    def ray_cluster(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_namespaced_custom_object("ray.io", "v1", self.namespace,
+                                                            "rayclusters", name)
+        except client.ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def ledger(self, name: str) -> dict[str, Any]:
+        return self.status(name).get("ledger") or {}
+
     def delete(self, name: str) -> None:
         self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
 

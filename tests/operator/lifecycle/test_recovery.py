@@ -1,5 +1,6 @@
 """A driver lost mid-run (its pod deleted, as on a node drain) is followed by a new attempt on
-the same warm RayCluster, and the run still completes."""
+the same warm RayCluster; a RayCluster whose head is lost and does not come back within the
+bound is replaced by a new one for the next attempt; the run still completes."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.cluster
 
 
-def test_a_lost_driver_is_replaced_by_a_new_attempt_on_the_same_cluster(cluster, runs,
-                                                                        tmp_path):
+def test_a_lost_driver_resumes_on_the_warm_cluster_and_a_lost_cluster_is_replaced(
+        cluster, runs, tmp_path):
     body = tiny_example(tmp_path)
     name = body["metadata"]["name"]
+    body["spec"]["algorithm"]["maxSteps"] = 10
+    body["spec"]["runPolicy"]["maxRestarts"] = 2
     runs.create(body)
     wait_for(lambda: runs.phase(name) == "Running", 120, what="Running")
     first_cluster = runs.custom.get_namespaced_custom_object(
@@ -34,16 +37,39 @@ def test_a_lost_driver_is_replaced_by_a_new_attempt_on_the_same_cluster(cluster,
     second_cluster = runs.custom.get_namespaced_custom_object(
         "ray.io", "v1", runs.namespace, "rayclusters", name)["metadata"]["uid"]
     assert second_cluster == first_cluster  # the warm cluster, not a new one
+    steps = wait_for(lambda: runs.ledger(name).get("completedSteps", 0) >
+                     (runs.status(name)["recovery"].get("resumedFromStep") or 0)
+                     and runs.ledger(name)["completedSteps"], 300,
+                     what="a step of the second attempt")
+    assert steps < 10
+
+    # The head is lost and cannot come back (its node pool is gone): past the bound the
+    # operator replaces the RayCluster and starts the next attempt on the new one.
+    runs.custom.patch_namespaced_custom_object(
+        "ray.io", "v1", runs.namespace, "rayclusters", name,
+        {"spec": {"headGroupSpec": {"template": {"spec": {
+            "nodeSelector": {"grpo.dev/node-pool": "gone"}}}}}})
+    heads = runs.core.list_namespaced_pod(
+        runs.namespace, label_selector=f"ray.io/cluster={name},ray.io/node-type=head").items
+    runs.core.delete_namespaced_pod(heads[0].metadata.name, runs.namespace)
+    wait_for(lambda: runs.phase(name) == "Running"
+             and runs.status(name)["recovery"]["attempt"] == 3, 240,
+             what="the third attempt running on a new cluster")
+    third_cluster = runs.ray_cluster(name)["metadata"]["uid"]
+    assert third_cluster != first_cluster
+
     wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed"), 600, what="the end")
     status = runs.status(name)
-    log = cluster.driver_runner.job_log(runs.namespace, f"{name}-a2")
+    log = cluster.driver_runner.job_log(runs.namespace, f"{name}-a3")
     assert status["phase"] == "Succeeded", (status.get("terminal"),
                                             log and log.read_text()[-3000:])
     recovery = status["recovery"]
-    assert (recovery["attempt"], recovery["restarts"]) == (2, 1)
-    assert [h["attempt"] for h in recovery["history"]] == [1, 2]
-    assert recovery["history"][1]["reason"] in ("Interrupted", "RetryableFailure", "Killed",
-                                                "PodVanished")
-    assert sorted(runs.children(name).get("Job", [])) == [f"{name}-a1", f"{name}-a2"]
-    assert any(r == "Recovering" for _, r, _ in runs.events(name))
+    assert (recovery["attempt"], recovery["restarts"]) == (3, 2)
+    reasons = [h["reason"] for h in recovery["history"]]
+    assert reasons[0] == "Started" and reasons[2] == "ClusterUnhealthy"
+    assert reasons[1] in ("Interrupted", "RetryableFailure", "Killed", "PodVanished")
+    assert recovery["resumedFromStep"] >= 1
+    # The second attempt's driver went with its lost cluster; the first one's Job is kept.
+    assert sorted(runs.children(name).get("Job", [])) == [f"{name}-a1", f"{name}-a3"]
+    assert any(r == "ClusterUnhealthy" for _, r, _ in runs.events(name))
     assert status["terminal"]["outcome"] == "Succeeded"

@@ -1,0 +1,50 @@
+"""A run out of restarts fails with its history; a `grpo.dev/retry` annotation with a new id
+gives it one new attempt, which resumes from the checkpoint; the same id again does nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.operator.lifecycle.runs import tiny_example
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+def test_restarts_exhausted_then_retried_once_per_id(runs, tmp_path):
+    body = tiny_example(tmp_path)
+    name = body["metadata"]["name"]
+    body["spec"]["runPolicy"]["maxRestarts"] = 0
+    runs.create(body)
+    wait_for(lambda: runs.ledger(name).get("completedSteps", 0) >= 1, 300,
+             what="the first step in status")
+    pods = runs.core.list_namespaced_pod(runs.namespace, label_selector=f"job-name={name}-a1")
+    runs.core.delete_namespaced_pod(pods.items[0].metadata.name, runs.namespace)
+
+    wait_for(lambda: (runs.status(name).get("terminal") or {}).get("cleanup"), 180,
+             what="Failed and cleaned up")
+    failed = runs.status(name)
+    assert failed["phase"] == "Failed"
+    assert failed["terminal"]["reason"] == "MaxRestartsExceeded"
+    assert [h["attempt"] for h in failed["recovery"]["history"]] == [1]
+    checkpoint = failed["recovery"]["lastCheckpoint"]["step"]
+
+    runs.patch(name, {"metadata": {"annotations": {"grpo.dev/retry": "op-1"}}})
+    wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed")
+             and runs.status(name)["recovery"]["attempt"] == 2, 400, what="the retried end")
+    status = runs.status(name)
+    assert status["phase"] == "Succeeded", status.get("terminal")
+    assert status["seenRetryIds"] == ["op-1"]
+    assert status["recovery"]["resumedFromStep"] == checkpoint
+    assert [(h["attempt"], h["reason"]) for h in status["recovery"]["history"]][1] == (
+        2, "Retry")
+    assert status["recovery"]["restarts"] == 0
+    assert [e for e in runs.events(name) if e[1] == "Retry"]
+
+    # Re-applying the same id (as a GitOps sync would) is not another retry.
+    runs.patch(name, {"metadata": {"annotations": {"grpo.dev/retry": "op-1",
+                                                   "touched": "yes"}}})
+    wait_for(lambda: runs.get(name)["metadata"]["annotations"].get("touched") == "yes", 10,
+             what="the annotation")
+    again = runs.status(name)
+    assert (again["phase"], again["recovery"]["attempt"]) == ("Succeeded", 2)
