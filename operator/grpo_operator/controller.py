@@ -153,9 +153,9 @@ class Controller:
             cm = k.get("v1", "ConfigMap", run.namespace, names.report_config_map)
             report = ((cm or {}).get("data") or {}).get(REPORT_KEY)
         metered = status.ledger.gpu_metered_time
-        if rc is not None and (status.stopping or metered is None or
-                               (now - metered).total_seconds()
-                               >= self.policy.meter_interval_seconds):
+        due = (status.stopping is not None or metered is None
+               or (now - metered).total_seconds() >= self.policy.meter_interval_seconds)
+        if rc is not None and spec.resources.gpus_per_worker and due:
             gpu_pods = k.list_pods(run.namespace, f"ray.io/cluster={names.ray_cluster}")
         return Observed(name=run.name, generation=meta.get("generation", 0), spec=spec,
                         status=status, now=now,
