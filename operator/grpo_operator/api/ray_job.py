@@ -23,6 +23,10 @@ JOB_STOP_WAIT_ENV = "RAY_JOB_STOP_WAIT_TIME_S"
 
 DASHBOARD_PORT = 8265
 """The head's Jobs API port (the head Service's ``dashboard`` port)."""
+DRIVER_METRICS_PORT = 9400
+"""The driver container's ``metrics`` port: the driver serves the figures of the newest relayed
+report at ``/metrics`` there (its ``--metrics-port`` / ``$GRPO_DRIVER_METRICS_PORT`` override
+it; 0 serves nothing)."""
 
 TOKEN_SECRET_KEY = "auth_token"
 """The key of the run's Ray auth-token Secret (KubeRay's authOptions Secret uses it too)."""

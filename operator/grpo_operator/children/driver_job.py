@@ -14,6 +14,7 @@ from grpo_operator.api.exit_codes import NON_RETRYABLE_EXIT_CODES
 from grpo_operator.api.ray_job import (
     ADDRESS_ENV,
     DASHBOARD_PORT,
+    DRIVER_METRICS_PORT,
     DRIVER_TOKEN_PATH,
     TOKEN_PATH_ENV,
     driver_termination_grace_s,
@@ -39,6 +40,7 @@ from grpo_operator.children.volumes import (
 from grpo_operator.naming import ChildNames
 
 DRIVER_CONTAINER = "driver"
+METRICS_PORT_NAME = "metrics"
 # The label by which a test cluster's harness recognises the pods it must run for real.
 ROLE_LABEL = "grpo.dev/role"
 ROLE_DRIVER = "driver"
@@ -64,6 +66,10 @@ def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
             {"name": ADDRESS_ENV, "value": head_address(run)},
             {"name": TOKEN_PATH_ENV, "value": DRIVER_TOKEN_PATH},
             *({"name": k, "value": v} for k, v in stop_wait.items()),
+        ],
+        # The driver serves the newest report's figures there (a PodMonitor selects it by name).
+        "ports": [
+            {"name": METRICS_PORT_NAME, "containerPort": DRIVER_METRICS_PORT, "protocol": "TCP"}
         ],
         "resources": {"requests": dict(amounts), "limits": dict(amounts)},
         "volumeMounts": [RUN_CONFIG_MOUNT, RAY_AUTH_MOUNT, *input_mounts(spec)],

@@ -100,6 +100,8 @@ def test_journal_restart_reuses_by_granularity_and_weight_version(tmp_path):
     first.close_step()
     first.open_step(1, [2, 6], [300, 400], G)
     _generate(first, fail_after=3)
+    with pytest.raises(ValueError, match="group 1.1 is not sealed"):
+        first.batch()  # a step is never handed to the learner short
     first.journal.close()
     # A torn record at the end of the segment (the crash hit a write).
     segment = next(journal_dir.glob("w1-*.jsonl"))
@@ -120,6 +122,7 @@ def test_journal_restart_reuses_by_granularity_and_weight_version(tmp_path):
     _generate(resumed)
     groups, scores = resumed.batch()
     assert scores[:3] == [0.0, 0.25, 0.5]  # the journaled rewards
+    assert [len(g) for g in groups] == [G, G] and resumed.counts.batch_shortfall == 0
 
     # The same crash resumed with promptGroup granularity regenerates 1.1 whole.
     whole, _ = RolloutLedger.restore(None, 1, PROMPT_GROUP, Journal(tmp_path / "group"))

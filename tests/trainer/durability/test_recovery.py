@@ -59,8 +59,11 @@ def test_crash_mid_step_reuses_sealed_groups(run_attempt, tmp_path_factory, gran
     after = _seals(run_dir, 1)
     new = [r for name, records in after.items() if name not in before for r in records]
     assert len(new) == generated_again
-    # The step trained on the journaled rewards of the reused groups (scores are float32).
+    # The step trained on the journaled rewards of the reused groups (scores are float32),
+    # and on the regenerated rest: a whole step, nothing gone without.
     [step2] = resumed.steps
+    assert len(step2.scores) == STEP
+    assert reuse.batch_shortfall == 0
     old = [r for records in before.values() for r in records]
     reused = 10 if granularity == "sibling" else 8
     assert list(step2.scores[:reused]) == pytest.approx([r.reward for r in old[:reused]])

@@ -50,6 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the command the job runs, in a working_dir holding the run config as "
         f"{settings.SUBMITTED_CONFIG_NAME} (default: %(default)s)",
     )
+    p.add_argument(
+        "--metrics-port", type=_port, default=None,
+        help=f"serve the newest report's figures at :PORT/metrics; 0: no endpoint (default: "
+        f"${settings.METRICS_PORT_ENV}, else {settings.DRIVER_METRICS_PORT})",
+    )
     t = p.add_argument_group("timeouts (seconds)")
     t.add_argument("--connect-timeout", type=_seconds, default=settings.DEFAULT_CONNECT_TIMEOUT_S,
                    help="reaching the Jobs API at start (default: %(default)s)")
@@ -119,10 +124,11 @@ def main(args: argparse.Namespace) -> int:
             poll=args.poll_interval,
         ),
     )
-    return run_submission(submission, relay=_report_relay(config, log))
+    relays = [_config_map_relay(config, log), _metrics_relay(config, args.metrics_port, log)]
+    return run_submission(submission, relays=[r for r in relays if r is not None])
 
 
-def _report_relay(config, log: logging.Logger):
+def _config_map_relay(config, log: logging.Logger):
     """In a pod, the trainer's reports go to the run's report ConfigMap; elsewhere (no
     service-account token) they stay in the log."""
     if not os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -135,6 +141,28 @@ def _report_relay(config, log: logging.Logger):
     except Exception as exc:  # reports are worth having, not worth failing the run for
         log.warning("reports will not reach the report ConfigMap: %s", exc)
         return None
+
+
+def _metrics_relay(config, port: int | None, log: logging.Logger):
+    """The newest report's figures at ``/metrics``, unless the port is 0 or cannot be bound.
+    Its relay starts without a cursor: a restarted driver replaying the log shows the newest
+    report at once, even one the ConfigMap already holds."""
+    if port is None:
+        try:
+            port = settings.default_metrics_port(dict(os.environ))
+        except ValueError as exc:
+            log.warning("not serving metrics: $%s: %s", settings.METRICS_PORT_ENV, exc)
+            return None
+    if port == 0:
+        return None
+    from grpo_trainer.driver.metrics import ReportGauges, serve
+    from grpo_trainer.driver.relay import ReportRelay
+
+    gauges = ReportGauges(config.run.namespace, config.run.name)
+    if serve(gauges, port) is None:
+        return None
+    log.info("serving the trainer's report figures at :%d/metrics", port)
+    return ReportRelay(gauges)
 
 
 def _configure_output() -> None:
@@ -154,6 +182,13 @@ def _seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
+
+
+def _port(text: str) -> int:
+    try:
+        return settings.parse_port(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number (0-65535), got {text}") from None
 
 
 def _path_or_none(text: str | None) -> Path | None:

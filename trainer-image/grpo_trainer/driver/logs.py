@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import Sequence
 from typing import TextIO
 
 from grpo_trainer.driver.client import BoundedJobClient, describe_error
@@ -32,12 +33,13 @@ _CONFIRM_TIMEOUT_S = 30.0
 
 
 class LogFollower:
-    """Writes the job's log to ``out`` and scans it for the trainer's exit-code line."""
+    """Writes the job's log to ``out``, scans it for the trainer's exit-code line and feeds
+    it to ``relays`` (the report ConfigMap, the metrics endpoint)."""
 
     def __init__(self, client: BoundedJobClient, submission_id: str, out: TextIO,
-                 relay: ReportRelay | None = None):
+                 relays: Sequence[ReportRelay] = ()):
         self._client = client
-        self._relay = relay
+        self._relays = tuple(relays)
         self._id = submission_id
         self._out = out
         self._job_ended = threading.Event()
@@ -81,8 +83,8 @@ class LogFollower:
 
     def _close_scanners(self) -> None:
         self._scanner.close()
-        if self._relay is not None:
-            self._relay.close()
+        for relay in self._relays:
+            relay.close()
 
     def _emit(self, chunk: str, start: int) -> int:
         """Write the part of ``chunk`` (at offset ``start`` of the log) not yet written."""
@@ -93,8 +95,8 @@ class LogFollower:
                 self._out.write(new)
                 self._out.flush()
                 self._scanner.feed(new)
-                if self._relay is not None:
-                    self._relay.feed(new)
+                for relay in self._relays:
+                    relay.feed(new)
                 self._written = end
         return end
 

@@ -1,4 +1,5 @@
-"""Relaying the trainer's report lines from the job's log into the run's report ConfigMap.
+"""Relaying the trainer's report lines from the job's log into the run's report ConfigMap (and,
+through a relay of its own, to the driver's metrics endpoint, ``metrics.py``).
 
 Only a report newer than the last one relayed (by attempt, then sequence) is written, so a
 restarted driver replaying the log from the start never writes an older report over a newer

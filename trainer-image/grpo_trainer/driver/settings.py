@@ -9,6 +9,7 @@ from grpo_operator.api.constants import LABEL_ATTEMPT, LABEL_RUN, LABEL_RUN_UID
 from grpo_operator.api.ray_job import (  # noqa: F401 - re-exported for the driver's modules
     ADDRESS_ENV,
     DRIVER_GRACE_MARGIN_S,
+    DRIVER_METRICS_PORT,
     DRIVER_TOKEN_DIR,
     DRIVER_TOKEN_PATH,
     JOB_STOP_WAIT_ENV,
@@ -25,6 +26,8 @@ from grpo_operator.api.run_config import RUN_CONFIG_KEY
 
 STOP_TIMEOUT_ENV = "GRPO_DRIVER_STOP_TIMEOUT_S"
 """Overrides the driver's default stop timeout."""
+METRICS_PORT_ENV = "GRPO_DRIVER_METRICS_PORT"
+"""Overrides the port of the driver's ``/metrics`` (0: no endpoint)."""
 
 # --- Stopping -------------------------------------------------------------------------------------
 
@@ -40,6 +43,24 @@ def default_stop_timeout_s(environ: dict[str, str]) -> float:
         return float(environ[STOP_TIMEOUT_ENV])
     wait = float(environ.get(JOB_STOP_WAIT_ENV) or RAY_DEFAULT_JOB_STOP_WAIT_S)
     return wait + STOP_SLACK_S
+
+
+# --- Metrics --------------------------------------------------------------------------------------
+
+
+def parse_port(text: str) -> int:
+    """A TCP port number (0 included); ValueError otherwise."""
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{text} is not a port number")
+    return port
+
+
+def default_metrics_port(environ: dict[str, str]) -> int:
+    """$GRPO_DRIVER_METRICS_PORT, else DRIVER_METRICS_PORT (the driver container's ``metrics``
+    port); ValueError when the variable is not a port number."""
+    text = environ.get(METRICS_PORT_ENV)
+    return parse_port(text) if text else DRIVER_METRICS_PORT
 
 
 # --- The submission -------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -94,9 +94,9 @@ class Driver:
     """Runs one submission to its end; `run` returns the exit code."""
 
     def __init__(self, submission: Submission, out: TextIO | None = None,
-                 relay: ReportRelay | None = None):
+                 relays: Sequence[ReportRelay] = ()):
         self.s = submission
-        self.relay = relay
+        self.relays = tuple(relays)
         self.t = submission.timeouts
         self.out = out or sys.stdout
         self._stop_requested = threading.Event()
@@ -252,7 +252,7 @@ class Driver:
             )
 
     def _follow(self, client: BoundedJobClient) -> Outcome:
-        follower = LogFollower(client, self.s.submission_id, self.out, self.relay)
+        follower = LogFollower(client, self.s.submission_id, self.out, self.relays)
         follower.start()
         try:
             job = self._wait_for_end(client)
@@ -365,10 +365,11 @@ def _has_ended(client: BoundedJobClient, sid: str) -> bool:
 
 
 def run_submission(submission: Submission, out: TextIO | None = None,
-                   relay: ReportRelay | None = None) -> int:
-    """Run `Driver` for ``submission``; any unexpected error exits RETRYABLE_FAILURE."""
+                   relays: Sequence[ReportRelay] = ()) -> int:
+    """Run `Driver` for ``submission``, feeding the job's log to ``relays``; any unexpected
+    error exits RETRYABLE_FAILURE."""
     try:
-        return Driver(submission, out, relay).run()
+        return Driver(submission, out, relays).run()
     except Exception:
         log.exception("the driver failed unexpectedly")
         return int(ExitCode.RETRYABLE_FAILURE)
