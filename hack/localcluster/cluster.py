@@ -7,6 +7,10 @@ nodes and the real KubeRay operator.
 
 Everything lives under one root directory (PKI, etcd data, logs, kubeconfigs) that is removed
 on stop unless the caller passed its own ``root``.
+
+Options for benchmarks: ``gpu_nodes`` (the GPU pool's size), ``run_driver_pods=False`` (driver
+pods stay Pending instead of running the trainer against a local Ray head each) and
+``keep_audit_log`` (the API server writes ``audit_log``, to count requests by client).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from . import components, kubeconfig, mountns, nodes, pki
+from . import audit, components, kubeconfig, mountns, nodes, pki
 from .binaries import Toolset, ensure_built
 from .driver_runner import ApiObjects, DriverRunner
 from .processes import Supervisor
@@ -38,6 +42,9 @@ class LocalCluster:
     server: str = ""
     kubeconfig: Path = field(default=Path())
     owns_root: bool = True
+    gpu_nodes: int = 2
+    run_driver_pods: bool = True
+    keep_audit_log: bool = False
     driver_runner: DriverRunner | None = None
     ray_heads: LocalRayHeads | None = None
     _admin: object = None
@@ -45,7 +52,9 @@ class LocalCluster:
     timings: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, root: Path | None = None, *, tools: Toolset | None = None) -> LocalCluster:
+    def start(cls, root: Path | None = None, *, tools: Toolset | None = None,
+              gpu_nodes: int = 2, run_driver_pods: bool = True,
+              keep_audit_log: bool = False) -> LocalCluster:
         owns_root = root is None
         root = Path(tempfile.mkdtemp(prefix="grpo-localcluster-")) if root is None else root
         root.mkdir(parents=True, exist_ok=True)
@@ -55,6 +64,9 @@ class LocalCluster:
             supervisor=Supervisor(root / "logs"),
             pki=pki.generate(root / "pki"),
             owns_root=owns_root,
+            gpu_nodes=gpu_nodes,
+            run_driver_pods=run_driver_pods,
+            keep_audit_log=keep_audit_log,
         )
         try:
             cluster._start_all()
@@ -68,14 +80,16 @@ class LocalCluster:
         with self._phase("etcd"):
             etcd_url = components.start_etcd(ctx)
         with self._phase("kube-apiserver"):
-            self.server, self.kubeconfig = components.start_apiserver(ctx, etcd_url)
+            audit_flags = audit.apiserver_flags(self.root / "audit") if self.keep_audit_log else []
+            self.server, self.kubeconfig = components.start_apiserver(ctx, etcd_url, audit_flags)
         with self._phase("kube-controller-manager"):
             components.start_controller_manager(ctx, self.server)
         with self._phase("kube-scheduler"):
             components.start_scheduler(ctx, self.server)
         with self._phase("kwok+nodes"):
             components.start_kwok(ctx, self.server)
-            self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(nodes.default_nodes()))
+            self.kubectl("apply", "-f", "-",
+                         input=yaml.safe_dump_all(nodes.default_nodes(self.gpu_nodes)))
             self.kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=60s")
         with self._phase("kuberay-operator"):
             for crd in self.tools.kuberay_crds:
@@ -83,16 +97,18 @@ class LocalCluster:
             components.start_kuberay(ctx, self.server)
         self._admin = self.api_client()
         self.mountpoints = mountns.Mountpoints()
-        self.ray_heads = LocalRayHeads(
-            self._admin, self.root, ApiObjects(self._admin), self.mountpoints
-        )
+        if self.run_driver_pods:
+            self.ray_heads = LocalRayHeads(
+                self._admin, self.root, ApiObjects(self._admin), self.mountpoints
+            )
         self.driver_runner = DriverRunner(
             self._admin,
             self.root,
             selector=components.DRIVER_SELECTOR,
             apiserver_port=int(self.server.rsplit(":", 1)[1]),
             mountpoints=self.mountpoints,
-            host_aliases=self.ray_heads.host_aliases,
+            host_aliases=self.ray_heads.host_aliases if self.ray_heads is not None else None,
+            run_pods=self.run_driver_pods,
         )
         self.driver_runner.start()
         self.timings["total"] = round(sum(self.timings.values()), 2)
@@ -106,7 +122,8 @@ class LocalCluster:
     def stop(self) -> None:
         if self.driver_runner is not None:
             self.driver_runner.stop()
-            self.ray_heads.stop()
+            if self.ray_heads is not None:
+                self.ray_heads.stop()
             self.mountpoints.remove_created()
             self._admin.close()
         self.supervisor.stop_all()
@@ -167,6 +184,11 @@ class LocalCluster:
     def write_kubeconfig(self, path: Path, *, user: str, token: str) -> Path:
         """A kubeconfig for ``user`` authenticating with a bearer token."""
         return kubeconfig.write(path, self.server, self.pki.ca.cert, user=user, token=token)
+
+    @property
+    def audit_log(self) -> Path | None:
+        """The API server's audit log (JSON lines; see ``localcluster.audit``), if kept."""
+        return self.root / "audit" / audit.LOG_NAME if self.keep_audit_log else None
 
     @property
     def bin_dir(self) -> Path:

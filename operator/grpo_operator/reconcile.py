@@ -236,10 +236,11 @@ def _start_attempt(d: Decision, o: Observed, attempt: int, reason: str) -> None:
     s = d.status
     s.recovery.attempt = attempt
     s.recovery.max_restarts = o.spec.run_policy.max_restarts
+    checkpoint = s.recovery.last_checkpoint
     s.recovery.history = bounded(
         s.recovery.history,
         RecoveryRecord(attempt=attempt, reason=reason, time=o.now,
-                       from_step=s.ledger.completed_steps),
+                       from_step=checkpoint.step if checkpoint else 0),
         MAX_HISTORY,
     )
     s.children.driver_job = ChildNames(o.name).driver_job(attempt)

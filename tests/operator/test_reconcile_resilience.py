@@ -112,7 +112,7 @@ def test_suspend_checkpoints_deletes_the_cluster_and_resume_starts_a_new_attempt
     r = resumed.status
     assert r.phase == "Provisioning"
     assert (r.recovery.attempt, r.recovery.restarts) == (2, 0)  # not a restart
-    assert r.recovery.history[-1].reason == "Resumed"
+    assert (r.recovery.history[-1].reason, r.recovery.history[-1].from_step) == ("Resumed", 2)
     assert r.children.driver_job == "r-a2"
     assert r.condition("Suspended").status == "False"
     assert Action.ENSURE_RUN_CHILDREN in resumed.actions

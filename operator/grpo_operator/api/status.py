@@ -186,7 +186,8 @@ class RecoveryRecord(ApiModel):
     time: Timestamp
     """When it started."""
     from_step: Step
-    """The step it started from."""
+    """The checkpoint step it resumes from: the newest the operator knew of when it started
+    the attempt (0: from the start). recovery.resumedFromStep is the trainer's own account."""
 
 
 class Recovery(TrainerRecovery):
