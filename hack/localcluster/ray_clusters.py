@@ -68,7 +68,7 @@ class LocalRayHeads:
         self.objects = objects
         self.mountpoints = mountpoints
         self._heads: dict[tuple[str, str], RayHead] = {}
-        self._uids: dict[tuple[str, str], str] = {}
+        self._uids: dict[tuple[str, str], tuple[str, str]] = {}  # (RayCluster, head pod)
         self._next_ip = int(ipaddress.ip_address("127.0.1.1"))
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -105,7 +105,7 @@ class LocalRayHeads:
             # driver pod's thread, which ends with that pod.
             head = self._starter.submit(self._start, namespace, cluster, pod).result()
             self._heads[key] = head
-            self._uids[key] = rc["metadata"]["uid"]
+            self._uids[key] = (rc["metadata"]["uid"], pod["metadata"]["uid"])
             return head
 
     def _start(self, namespace: str, cluster: str, pod: dict) -> RayHead:
@@ -146,17 +146,25 @@ class LocalRayHeads:
                     continue
                 with self._lock:
                     self._heads.pop(key, None)
-                log.info("RayCluster %s/%s is gone: stopping its local head", *key)
+                log.info("RayCluster %s/%s or its head pod is gone: stopping its local head",
+                         *key)
                 self._stop(key, head)
 
     def _cluster_gone(self, key: tuple[str, str]) -> bool:
+        """The RayCluster the head was started for, or the head pod it stands for, is gone
+        (a real head dies with its pod: KubeRay's replacement is a new, empty Ray cluster)."""
+        cluster_uid, pod_uid = self._uids[key]
         try:
             rc = self.custom.get_namespaced_custom_object("ray.io", "v1", key[0],
                                                           "rayclusters", key[1])
+            pods = self.core.list_namespaced_pod(
+                key[0], label_selector=f"ray.io/cluster={key[1]},ray.io/node-type=head").items
         except ApiException as e:
             return e.status == 404
-        return (rc["metadata"]["uid"] != self._uids.get(key)
-                or bool(rc["metadata"].get("deletionTimestamp")))
+        return (rc["metadata"]["uid"] != cluster_uid
+                or bool(rc["metadata"].get("deletionTimestamp"))
+                or all(p.metadata.uid != pod_uid or p.metadata.deletion_timestamp
+                       for p in pods))
 
     def stop(self) -> None:
         self._stopping.set()

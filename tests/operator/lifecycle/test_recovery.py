@@ -16,7 +16,7 @@ def test_a_lost_driver_resumes_on_the_warm_cluster_and_a_lost_cluster_is_replace
         cluster, runs, tmp_path):
     body = tiny_example(tmp_path)
     name = body["metadata"]["name"]
-    body["spec"]["algorithm"]["maxSteps"] = 10
+    body["spec"]["algorithm"]["maxSteps"] = 25  # time to lose the cluster mid-run
     body["spec"]["runPolicy"]["maxRestarts"] = 2
     runs.create(body)
     wait_for(lambda: runs.phase(name) == "Running", 120, what="Running")
@@ -41,10 +41,11 @@ def test_a_lost_driver_resumes_on_the_warm_cluster_and_a_lost_cluster_is_replace
                      (runs.status(name)["recovery"].get("resumedFromStep") or 0)
                      and runs.ledger(name)["completedSteps"], 300,
                      what="a step of the second attempt")
-    assert steps < 10
+    assert steps < 20
 
-    # The head is lost and cannot come back (its node pool is gone): past the bound the
-    # operator replaces the RayCluster and starts the next attempt on the new one.
+    # The head is lost and cannot come back (its node pool is gone). The driver loses its
+    # Ray job and fails, or the operator gives up on the cluster first; either way, past the
+    # bound the RayCluster is replaced and the next attempt runs on the new one.
     runs.custom.patch_namespaced_custom_object(
         "ray.io", "v1", runs.namespace, "rayclusters", name,
         {"spec": {"headGroupSpec": {"template": {"spec": {
@@ -66,10 +67,10 @@ def test_a_lost_driver_resumes_on_the_warm_cluster_and_a_lost_cluster_is_replace
     recovery = status["recovery"]
     assert (recovery["attempt"], recovery["restarts"]) == (3, 2)
     reasons = [h["reason"] for h in recovery["history"]]
-    assert reasons[0] == "Started" and reasons[2] == "ClusterUnhealthy"
-    assert reasons[1] in ("Interrupted", "RetryableFailure", "Killed", "PodVanished")
+    lost_driver = ("Interrupted", "RetryableFailure", "Killed", "PodVanished", "UnexpectedExit")
+    assert reasons[0] == "Started" and reasons[1] in lost_driver
+    assert reasons[2] in ("ClusterUnhealthy", *lost_driver)
     assert recovery["resumedFromStep"] >= 1
-    # The second attempt's driver went with its lost cluster; the first one's Job is kept.
-    assert sorted(runs.children(name).get("Job", [])) == [f"{name}-a1", f"{name}-a3"]
+    assert {f"{name}-a1", f"{name}-a3"} <= set(runs.children(name).get("Job", []))
     assert any(r == "ClusterUnhealthy" for _, r, _ in runs.events(name))
     assert status["terminal"]["outcome"] == "Succeeded"
