@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help venv controlplane test lint manifests manifests-check run demo cluster-up cluster-down
+.PHONY: help venv controlplane test lint manifests manifests-check run demo bench cluster-up cluster-down
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -37,6 +37,10 @@ run: venv ## run the operator with the current kubeconfig (CRD first: kubectl ap
 DEMO ?= run
 demo: venv controlplane ## the main job: a real GRPO run on a local cluster (DEMO=recovery: kill its driver)
 	@PYTHONPATH=hack $(PY) -m demo --mode $(DEMO)
+
+BENCH_ARGS ?=
+bench: venv controlplane ## benchmarks against peers, into docs/benchmarks.md (BENCH_ARGS="--only operator --runs 50")
+	@PYTHONPATH=hack $(PY) -m bench $(BENCH_ARGS)
 
 cluster-up: venv controlplane ## start the local cluster in the background (.cluster/kubeconfig)
 	@PYTHONPATH=hack $(PY) -m localcluster up

@@ -1,13 +1,16 @@
 """Session-wide fixtures: one local control plane for the whole test run (starting it costs
-seconds; building its binaries, once per machine, costs much more)."""
+seconds; building its binaries, once per machine, costs much more), and fresh namespaces on it."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
+from kubernetes import client
 
 from localcluster import LocalCluster
+from tests.waiting import wait_for
 
 
 @pytest.fixture(scope="session")
@@ -18,6 +21,21 @@ def cluster() -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="session")
 def k8s_api(cluster: LocalCluster):
-    client = cluster.api_client()
-    yield client
-    client.close()
+    api = cluster.api_client()
+    yield api
+    api.close()
+
+
+def new_namespace(api: client.ApiClient, prefix: str) -> str:
+    """A fresh namespace whose default ServiceAccount exists (pods need it to be admitted)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_for(lambda: core.read_namespaced_service_account("default", name), 30,
+             what="the default ServiceAccount")
+    return name
+
+
+@pytest.fixture
+def namespace(k8s_api) -> str:
+    return new_namespace(k8s_api, "t")

@@ -9,105 +9,26 @@ failed demo can be looked into afterwards.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 from demo import inputs, watch
+from demo.driving import KILL_AFTER_STEPS, apply_and_follow, for_recovery
 from localcluster import LocalCluster
-from localcluster.processes import free_port
+from localcluster.operator_process import OperatorProcess
 
 WORK = inputs.REPO / ".demo"
-RECOVERY_STEPS = 16
-
-
-@contextlib.contextmanager
-def operator(kubeconfig: Path, log_path: Path):
-    """The operator as its own process, as in its Deployment, until the block ends."""
-    port = free_port()
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "grpo_operator", "--liveness",
-             f"http://127.0.0.1:{port}/healthz"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the operator did not start; see {log_path}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                    break
-            except OSError:
-                time.sleep(0.3)
-        yield proc
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(15)
-
-
-class DriverKiller:
-    """``DEMO=recovery``: once the trainer has checkpointed step ``after_steps`` (seen on the
-    checkpoint volume, sooner than in status), delete the first attempt's driver pod, as a
-    node drain would."""
-
-    def __init__(self, api, namespace: str, name: str, after_steps: int, checkpoints: Path):
-        from kubernetes import client
-
-        self.core = client.CoreV1Api(api)
-        self.namespace, self.job, self.after = namespace, f"{name}-a1", after_steps
-        self.checkpoints = checkpoints
-        self.done = False
-
-    def _checkpointed(self) -> int:
-        from grpo_operator.api.checkpoint_layout import parse_step_dir_name
-
-        steps = [parse_step_dir_name(p.name) for p in self.checkpoints.glob("*/step_*")]
-        return max((s for s in steps if s is not None), default=0)
-
-    def __call__(self, status: dict) -> None:
-        steps = self._checkpointed()
-        if self.done or steps < self.after:
-            return
-        for pod in self.core.list_namespaced_pod(
-            self.namespace, label_selector=f"job-name={self.job}"
-        ).items:
-            if pod.status.phase == "Running":
-                self.core.delete_namespaced_pod(pod.metadata.name, self.namespace)
-                print(f"        --- deleted the driver pod {pod.metadata.name} after checkpoint "
-                      f"step_{steps}: the operator should resume from the last checkpoint ---")
-                self.done = True
 
 
 def run(cluster: LocalCluster, run_body: dict, work: Path, timeout: float,
         namespace: str = "default", kill_driver_after: int | None = None) -> int:
     """Apply the run on a cluster whose operator is running; follow it; sum it up. With
     ``kill_driver_after``, delete the driver pod once that many steps are done."""
-    import yaml
-
     name = run_body["metadata"]["name"]
     print(f"preparing the tiny model and dataset in {inputs.host_dirs(run_body)['model'].parent}")
     inputs.prepare(run_body)
-    cluster.kubectl("apply", "--server-side", "-n", namespace, "-f", "-",
-                    input=yaml.safe_dump(run_body))
-    print(f"applied GRPORun {namespace}/{name}; following its status:")
-    api = cluster.api_client()
-    killer = None if kill_driver_after is None else DriverKiller(
-        api, namespace, name, kill_driver_after, inputs.host_dirs(run_body)["checkpoints"])
-    try:
-        status, curve = watch.follow(api, namespace, name, timeout, on_status=killer)
-    finally:
-        api.close()
+    status, curve, _ = apply_and_follow(cluster, run_body, timeout, namespace, kill_driver_after)
     print("\nfinal status:\n" + watch.final_report(status))
     attempts = (status.get("recovery") or {}).get("attempt") or 1
     logs = [cluster.driver_runner.job_log(namespace, f"{name}-a{a}")
@@ -150,13 +71,12 @@ def main() -> int:
         print(f"cluster ready in {cluster.timings['total']:.0f}s; installing the CRD and "
               "starting the operator")
         cluster.install_crd(inputs.REPO / "crds" / "grporuns.grpo.dev.yaml")
-        with operator(cluster.kubeconfig, WORK / "operator.log"):
+        with OperatorProcess(cluster, WORK / "operator.log"):
             example = inputs.load_example()
             if args.mode == "recovery":
-                # Steps take about a second here: a longer run leaves time to interrupt it.
-                example["spec"]["algorithm"]["maxSteps"] = RECOVERY_STEPS
-            return run(cluster, example, WORK, args.timeout,
-                       kill_driver_after=2 if args.mode == "recovery" else None)
+                return run(cluster, for_recovery(example), WORK, args.timeout,
+                           kill_driver_after=KILL_AFTER_STEPS)
+            return run(cluster, example, WORK, args.timeout)
     finally:
         print("stopping the local cluster")
         cluster.stop()

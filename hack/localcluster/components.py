@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ssl
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,7 +75,9 @@ def start_etcd(ctx: Context) -> str:
     return url
 
 
-def start_apiserver(ctx: Context, etcd_url: str) -> tuple[str, Path]:
+def start_apiserver(
+    ctx: Context, etcd_url: str, extra_flags: Sequence[str] = ()
+) -> tuple[str, Path]:
     """Returns the server URL and the admin kubeconfig."""
     port = free_port()
     server = f"https://127.0.0.1:{port}"
@@ -102,6 +105,7 @@ def start_apiserver(ctx: Context, etcd_url: str) -> tuple[str, Path]:
             "--disable-admission-plugins=TaintNodesByCondition",
             "--profiling=false",
             "--v=1",
+            *extra_flags,
         ],
     )
     admin = kubeconfig.write(

@@ -10,9 +10,14 @@ which runs the container's command as a real local process:
 - with the container's environment, ``KUBERNETES_SERVICE_HOST/PORT`` pointing at the local API
   server (so in-cluster clients work unchanged) and the harness's Python first on ``PATH``
   (the harness has no images: the "image" is this virtualenv);
+- with ``GRPO_DRIVER_METRICS_PORT`` set to a free port (pods share the host's network here);
 - writing the pod's status: Running when started, then Succeeded/Failed with the real exit
   code (128+N for a signal); a pod deletion becomes SIGTERM to the process group, then SIGKILL
   after the grace period, then the pod is removed as a kubelet would remove it.
+
+With ``run_pods=False`` nothing is run: driver pods are scheduled and stay Pending (a node that
+never starts them), and a deleted one is removed as a kubelet would remove it — for benchmarks
+that create many runs and need no driver to train.
 
 Host names: ``/etc/hosts`` carries the pod's ``hostAliases`` and whatever ``host_aliases``
 returns for the pod — the hook by which a driver's RayCluster head Service can resolve to a real
@@ -37,7 +42,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from . import mountns, podspec
-from .processes import _die_with_parent
+from .processes import _die_with_parent, free_port
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +112,7 @@ class DriverRunner:
         apiserver_port: int,
         mountpoints: mountns.Mountpoints,
         host_aliases: HostAliases | None = None,
+        run_pods: bool = True,
     ):
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -115,6 +121,7 @@ class DriverRunner:
         self.selector = selector
         self.apiserver_port = apiserver_port
         self.host_aliases = host_aliases or (lambda pod: {})
+        self.run_pods = run_pods
         self._pods: dict[str, _PodProcess] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -195,14 +202,29 @@ class DriverRunner:
                     grace = pod["metadata"].get("deletionGracePeriodSeconds")
                     running.terminate(grace=30 if grace is None else grace)
                 else:
+                    if (pod.get("status") or {}).get("phase") not in _TERMINAL:
+                        _fail_unstarted(self.core, pod)
                     _remove(self.core, pod)
                 return
             phase = (pod.get("status") or {}).get("phase")
-            if running or not pod["spec"].get("nodeName") or phase in ("Succeeded", "Failed"):
+            if (not self.run_pods or running or not pod["spec"].get("nodeName")
+                    or phase in _TERMINAL):
                 return
             process = _PodProcess(self, pod)
             self._pods[uid] = process
             process.start()
+
+
+_TERMINAL = ("Succeeded", "Failed")
+
+
+def _fail_unstarted(core: client.CoreV1Api, pod: dict) -> None:
+    """A deleted pod that never ran is Failed, as a kubelet marks it: until a Job's pod is
+    terminal, the Job controller keeps its tracking finalizer and the deletion never ends."""
+    meta = pod["metadata"]
+    with contextlib.suppress(ApiException):
+        core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": {
+            "phase": "Failed", "reason": "Deleted", "message": "deleted before it ran"}})
 
 
 def _remove(core: client.CoreV1Api, pod: dict) -> None:
@@ -328,6 +350,9 @@ class _PodProcess:
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
             "KUBERNETES_SERVICE_PORT": str(self.runner.apiserver_port),
             **container_env,
+            # Pods here share the host's network: each driver serves its metrics on a port of
+            # its own instead of the container's fixed one.
+            "GRPO_DRIVER_METRICS_PORT": str(free_port()),
         }
         return podspec.command(container, container_env), env, mount_list
 

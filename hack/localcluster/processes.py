@@ -27,6 +27,23 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def tree_rss(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants, in bytes, from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # The command name may hold spaces and parentheses: fields follow the last ')'.
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        todo.extend(children.get(current, []))
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int((Path("/proc") / str(current) / "statm").read_text().split()[1])
+    return total * os.sysconf("SC_PAGE_SIZE")
+
+
 def free_port() -> int:
     """A loopback port that was free a moment ago (the kernel's choice for port 0)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -6,12 +6,11 @@ would act on the runs of tests that expect none (tests/operator/api)."""
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client
 
+from tests.conftest import new_namespace
 from tests.operator.conftest import (  # noqa: F401 - fixtures
     OperatorProcess,
     chart_identity,
@@ -19,17 +18,6 @@ from tests.operator.conftest import (  # noqa: F401 - fixtures
     running_session_operator,
 )
 from tests.operator.lifecycle.runs import Runs
-from tests.waiting import wait_for
-
-
-def new_namespace(api: client.ApiClient, prefix: str) -> str:
-    """A fresh namespace whose default ServiceAccount exists."""
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    wait_for(lambda: core.read_namespaced_service_account("default", name), 30,
-             what="the default ServiceAccount")
-    return name
 
 
 @contextlib.contextmanager

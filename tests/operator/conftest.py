@@ -9,14 +9,7 @@ while it runs, so that a test that needs the cluster to itself can pause it.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import signal
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +21,7 @@ from kubernetes import client, config
 from grpo_operator.api.constants import CRD_NAME
 from grpo_operator.api.generate import CHART_DIR
 from grpo_operator.api.generate import CRD_PATH as _CRD_RELATIVE
+from localcluster.operator_process import OperatorProcess
 from localcluster.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,14 +31,6 @@ CHART = REPO / CHART_DIR
 # The session's release: the operator as `helm install` sets it up, cluster-wide.
 RELEASE = "grpo-operator"
 RELEASE_NAMESPACE = "grpo-system"
-
-# What an operator log must never say: a request RBAC refused (the API server's 403 reads
-# '<resource> "<name>" is forbidden: User "<user>" cannot <verb> resource ...', quotes escaped
-# when logged as a JSON body) or kopf's warning when it lacks a grant. Other 403s are not
-# about the grant: e.g. "unable to create new content in namespace x because it is being
-# terminated" when a test's namespace goes away under a run.
-RBAC_REFUSAL = re.compile(r"forbidden: User .{1,200}? cannot |not enough permissions",
-                          re.IGNORECASE)
 
 _SESSION = pytest.StashKey[dict[str, Any]]()
 T = TypeVar("T")
@@ -139,70 +125,13 @@ def chart_identity(cluster, k8s_api, grporun_crd, tmp_path_factory, request) -> 
 # -- the operator ----------------------------------------------------------------------------
 
 
-class OperatorProcess:
-    """The operator as its own process (``python -m grpo_operator``), as it runs in its
-    Deployment, with the identity in ``kubeconfig``; restartable, to test that restarts lose
-    nothing."""
-
-    def __init__(self, cluster, log_path: Path, kubeconfig: Path | None = None,
-                 env: dict[str, str] | None = None):
-        self.cluster = cluster
-        self.log_path = log_path
-        self.kubeconfig = kubeconfig or cluster.kubeconfig
-        self.env = env or {}
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        port = free_port()
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-        env.pop("WATCH_NAMESPACES", None)  # cluster-wide unless self.env says otherwise
-        env.update(self.env)
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "grpo_operator",
-                 "--liveness", f"http://127.0.0.1:{port}/healthz"],
-                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-            )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"operator exited: {self.log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError(f"operator not live after 60s: {self.log_path.read_text()[-3000:]}")
-
-    def kill(self) -> None:
-        """SIGKILL: no chance to clean up, as when a node dies."""
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """Stopped for the duration (e.g. while another operator is tested alone), then
-        started again."""
-        self.stop()
-        try:
-            yield
-        finally:
-            self.start()
-
-    def refusals(self) -> list[str]:
-        """Log lines that show a request RBAC refused (a missing log is an error, not a clean
-        one)."""
-        return [line for line in self.log_path.read_text(errors="replace").splitlines()
-                if RBAC_REFUSAL.search(line)]
+# Bounds short enough for tests: a lost cluster is judged in seconds, GPU time metered often.
+OPERATOR_SETTINGS = {
+    "GRPO_CLUSTER_UNHEALTHY_SECONDS": "15",
+    "GRPO_METER_INTERVAL_SECONDS": "3",
+    "GRPO_METRICS_PORT": str(free_port()),
+}
+METRICS_URL = f"http://127.0.0.1:{OPERATOR_SETTINGS['GRPO_METRICS_PORT']}/metrics"
 
 
 def running_session_operator(request: pytest.FixtureRequest) -> OperatorProcess | None:
@@ -216,7 +145,7 @@ def operator(cluster, chart_identity, tmp_path_factory, request) -> Iterator[Ope
     (cluster-wide release), so every test that drives it exercises the chart's RBAC. At the
     end of the session its log must show no request refused by RBAC."""
     process = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log",
-                              kubeconfig=chart_identity.kubeconfig)
+                              kubeconfig=chart_identity.kubeconfig, env=OPERATOR_SETTINGS)
     process.start()
     registry = request.config.stash.setdefault(_SESSION, {})
     registry["operator"] = process

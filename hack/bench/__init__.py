@@ -1,0 +1,1 @@
+"""`make bench`: the benchmarks (docs/benchmarks.md)."""

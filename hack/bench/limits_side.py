@@ -1,0 +1,117 @@
+"""What this machine can do without the trainer around it; runs in .venv, one subprocess each.
+
+``engine``: the trainer's own rollout engine class (``RolloutEngine``, same ``EngineSettings``
+as ``grpo_trainer.run.start_run`` builds) in a plain process, no Ray, generating the prompts
+of the trainer's steps with the same sampling settings and ``n``. ``torch``: a bare loop on
+the learner's batch shape — two no-grad forwards (old-policy and reference logprobs, as the
+learner computes them) and one forward+backward+AdamW step over the same micro-batches.
+Both run one round per step of the experiment (warm-up included) and write ``--out`` JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from bench.experiment import Experiment, by_name
+from bench.trainer_side import MODEL
+
+# Spread the sampling seeds as the trainer does (child j of prompt i gets seed + j).
+SEED_STRIDE = 1 << 20
+
+
+def engine(exp: Experiment, workdir: Path, step_prompts: list[list[list[int]]]) -> dict:
+    """Generate each step's prompts once; generated tokens and seconds per round (the caller
+    drops the warm-up rounds)."""
+    from grpo_trainer.rollout.engine import EngineSettings, RolloutEngine, SamplingSettings
+
+    settings = EngineSettings(
+        model_dir=str(workdir / MODEL),
+        max_model_len=exp.max_prompt_tokens + exp.max_response_tokens,
+        dtype="float32",
+        seed=exp.seed,
+    )
+    sampling = SamplingSettings(group_size=exp.group_size, max_tokens=exp.max_response_tokens,
+                                temperature=exp.temperature, top_p=exp.top_p)
+    rollout = RolloutEngine(settings)
+    rounds = []
+    try:
+        for i, prompts in enumerate(step_prompts):
+            seeds = [i * SEED_STRIDE + p * exp.group_size for p in range(len(prompts))]
+            start = time.perf_counter()
+            groups = rollout.generate(prompts, seeds, sampling)
+            seconds = time.perf_counter() - start
+            tokens = sum(len(c.token_ids) for group in groups for c in group)
+            rounds.append({"seconds": seconds, "generated_tokens": tokens})
+            print(f"[bench] standalone engine: round {i + 1}/{len(step_prompts)} "
+                  f"{seconds:.2f} s", flush=True)
+    finally:
+        rollout.close()
+    return {"rounds": rounds}
+
+
+def bare_torch(exp: Experiment, workdir: Path, width: int) -> dict:
+    """One round per step of the experiment on a (sequences, ``width``) batch; the response is
+    the last ``max_response_tokens`` columns. Seconds of the no-grad forwards and of the update
+    in each round (the caller drops the warm-up rounds)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(exp.seed)
+    policy = AutoModelForCausalLM.from_pretrained(workdir / MODEL, dtype=torch.float32)
+    reference = AutoModelForCausalLM.from_pretrained(workdir / MODEL, dtype=torch.float32)
+    reference.requires_grad_(False)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=exp.learning_rate, weight_decay=0.0)
+    n, micro, tr = exp.sequences_per_step, exp.micro_batch_size, exp.max_response_tokens
+    ids = torch.randint(0, policy.config.vocab_size, (n, width))
+    advantages = torch.randn(n, 1)
+
+    def logprobs(model, rows):
+        logits = model(input_ids=ids[rows], use_cache=False).logits[:, -tr - 1 : -1]
+        return torch.log_softmax(logits, -1).gather(-1, ids[rows, -tr:, None])[..., 0]
+
+    chunks = [slice(i, i + micro) for i in range(0, n, micro)]
+    forward_s, update_s = [], []
+    for r in range(exp.total_steps):
+        start = time.perf_counter()
+        with torch.no_grad():
+            for rows in chunks:
+                logprobs(policy, rows)
+                logprobs(reference, rows)
+        middle = time.perf_counter()
+        for rows in chunks:
+            loss = -(logprobs(policy, rows) * advantages[rows]).sum() / (n * tr)
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), exp.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        end = time.perf_counter()
+        forward_s.append(middle - start)
+        update_s.append(end - middle)
+        print(f"[bench] bare torch: round {r + 1}/{exp.total_steps} {end - start:.2f} s",
+              flush=True)
+    return {"tokens": n * width, "logprob_passes_s": forward_s, "update_s": update_s,
+            "torch_threads": torch.get_num_threads()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.limits_side")
+    parser.add_argument("command", choices=("engine", "torch"))
+    parser.add_argument("--experiment", required=True)
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--prompts", type=Path, help="engine: JSON list of steps' prompt ids")
+    parser.add_argument("--width", type=int, help="torch: prompt + response columns")
+    args = parser.parse_args()
+    exp = by_name(args.experiment)
+    if args.command == "engine":
+        result = engine(exp, args.workdir, json.loads(args.prompts.read_text()))
+    else:
+        result = bare_torch(exp, args.workdir, args.width)
+    args.out.write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

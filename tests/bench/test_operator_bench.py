@@ -1,0 +1,93 @@
+"""The operator benchmark's pure parts: what it applies, how it reads milestones, how it counts
+requests from the audit log, and its section."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from bench import operator_vs_rayjob as bench
+from grpo_operator.api.spec import GRPORunSpec
+from grpo_operator.children.meta import RunRef
+from grpo_operator.children.raycluster import ray_cluster
+from localcluster.audit import requests_by_user
+
+
+def _event(audit_id: str, user: str, at: str, stage: str = "ResponseComplete") -> str:
+    return json.dumps({"kind": "Event", "auditID": audit_id, "stage": stage,
+                       "user": {"username": user}, "requestReceivedTimestamp": at})
+
+
+def test_requests_are_counted_once_per_audit_id_within_the_window():
+    lines = [
+        _event("a", "op", "2026-01-01T00:00:01.000000Z"),
+        _event("w", "op", "2026-01-01T00:00:02.000000Z", stage="ResponseStarted"),
+        _event("b", "kuberay", "2026-01-01T00:00:03.500000Z"),
+        "",
+        _event("w", "op", "2026-01-01T00:00:02.000000Z"),  # the watch ends: same request
+        _event("late", "op", "2026-01-01T00:00:09.000000Z"),
+        _event("early", "op", "2025-12-31T23:59:59.000000Z"),
+    ]
+    start = 1767225600.0  # 2026-01-01T00:00:00Z
+    assert requests_by_user(lines, start, start + 5) == Counter({"op": 2, "kuberay": 1})
+
+
+def test_a_rayjob_asks_for_the_cluster_the_operator_builds_and_never_submits():
+    job = bench.rayjob("run-007", "ns")
+    spec = GRPORunSpec.model_validate(bench.grporun("run-007")["spec"])
+    assert job["spec"]["rayClusterSpec"] == ray_cluster(spec, RunRef("run-007", "ns", ""))["spec"]
+    assert job["spec"]["submissionMode"] == "InteractiveMode"
+    assert job["metadata"] == {"name": "run-007"}
+    worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert worker["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert worker["nodeSelector"] == {"grpo.dev/node-pool": "gpu"}
+
+
+def test_what_a_rayjob_user_provides_is_owned_by_no_grporun():
+    made = bench.rayjob_prerequisites("run-007", "ns")
+    assert [(o["kind"], o["metadata"]["name"]) for o in made] == [
+        ("ServiceAccount", "run-007-trainer"), ("Secret", "run-007-ray-auth")]
+    assert all("ownerReferences" not in o["metadata"] for o in made)
+
+
+def test_readiness_as_each_controller_records_it():
+    condition = {"type": "ClusterReady", "status": "True"}
+    assert bench.grporun_ready({"status": {"conditions": [condition]}})
+    assert not bench.grporun_ready({"status": {"conditions": [{**condition, "status": "False"}]}})
+    assert not bench.grporun_ready({})
+    assert bench.rayjob_ready({"status": {"jobDeploymentStatus": "Waiting"}})
+    assert not bench.rayjob_ready({"status": {"jobDeploymentStatus": "Initializing"}})
+    assert not bench.rayjob_ready({})
+
+
+def test_durations_count_from_creation_and_skip_what_was_not_reached():
+    times = {"a": bench.Times(created=10, cluster_created=11, seen_ready=13),
+             "b": bench.Times(created=20, cluster_created=24),
+             "c": bench.Times(cluster_created=5)}
+    assert sorted(bench.durations(times, "cluster_created")) == [1, 4]
+    assert bench.durations(times, "seen_ready") == [3]
+
+
+def _arm(kind, runs, ready_after, requests, rss):
+    times = {f"r{i}": bench.Times(created=0.0, cluster_created=ready_after / 2,
+                                  cluster_ready=ready_after, seen_ready=ready_after)
+             for i in range(runs)}
+    return bench.Arm(kind, runs, times, Counter(requests), rss, seconds=30, load=1.5)
+
+
+def test_the_section_tabulates_both_arms_and_their_ratios():
+    arms = [
+        _arm(bench.GRPORUNS, 4, 3.0, {bench.OPERATOR_USER: 40, bench.KUBERAY_USER: 20},
+             {"operator": 100 * 2**20, "kuberay": 50 * 2**20}),
+        _arm(bench.RAYJOBS, 4, 2.0, {bench.KUBERAY_USER: 30}, {"kuberay": 60 * 2**20}),
+    ]
+    text = bench.section(arms)
+    rows = [line for line in text.splitlines() if line.startswith("| 4 ")]
+    assert rows == [
+        "| 4 | grpo-operator | 4/4 | 1.5 / 1.5 | 3.0 / 3.0 | 3.0 / 3.0 | 10.0 | 5.0 | 100 | 50 "
+        "| 30 | 1.5 |",
+        "| 4 | KubeRay RayJob | 4/4 | 1.0 / 1.0 | 2.0 / 2.0 | 2.0 / 2.0 | – | 7.5 | – | 60 "
+        "| 30 | 1.5 |",
+    ]
+    assert ("- N=4, GRPORun ÷ RayJob: ready seen by the controller p50 1.50×, p95 1.50×; "
+            "API requests per run (operator + KubeRay vs KubeRay) 2.00×") in text
