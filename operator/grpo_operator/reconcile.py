@@ -503,6 +503,13 @@ def _cluster_lost(o: Observed, s: GRPORunStatus, health: ClusterHealth) -> bool:
             _seconds(o.now, ready.last_transition_time) > o.policy.cluster_unhealthy_seconds)
 
 
+def _replace_cluster(d: Decision, why: str) -> None:
+    """Delete a lost RayCluster; the next attempt's pass creates it anew once it is gone."""
+    d.actions.append(Action.DELETE_RAY_CLUSTER)
+    d.events.append(Event("Warning", str(Reason.CLUSTER_UNHEALTHY),
+                          f"RayCluster {why}: recreating it"))
+
+
 def decide(o: Observed) -> Decision:
     d = Decision(status=o.status.model_copy(deep=True))
     s = d.status
@@ -550,9 +557,7 @@ def decide(o: Observed) -> Decision:
         d.actions.append(Action.ENSURE_RUN_CHILDREN)
         if health != ClusterHealth.HEALTHY:
             if s.phase == Phase.RECOVERING and _cluster_lost(o, s, health):
-                d.actions.append(Action.DELETE_RAY_CLUSTER)
-                d.events.append(Event("Warning", str(Reason.CLUSTER_UNHEALTHY),
-                                      "RayCluster unready for too long: recreating it"))
+                _replace_cluster(d, "unready for too long")
             if s.phase != Phase.RECOVERING:
                 _phase(d, o, Phase.PROVISIONING, "waiting for the RayCluster to be ready")
             d.requeue_after = _sooner(FAST_REQUEUE_SECONDS, _next_check(o, s))
@@ -574,7 +579,8 @@ def decide(o: Observed) -> Decision:
     if _cluster_lost(o, s, health):
         d.delete_jobs.append(s.children.driver_job)
         if o.ray_cluster is not None:
-            d.actions.append(Action.DELETE_RAY_CLUSTER)
+            _replace_cluster(d, "being deleted" if health == ClusterHealth.DELETING
+                             else "unready for too long")
         _restart(d, o, str(Reason.CLUSTER_UNHEALTHY),
                  f"the RayCluster is {str(health).lower()}", report)
         return d

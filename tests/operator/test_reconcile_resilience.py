@@ -204,6 +204,7 @@ def test_a_cluster_unready_for_longer_than_the_bound_is_recreated():
     long = decide(at(brief.status, 80, ray_cluster=old, driver_job=RUNNING_JOB, policy=policy))
     assert long.status.phase == "Recovering"
     assert Action.DELETE_RAY_CLUSTER in long.actions and long.delete_jobs == ["r-a1"]
+    assert ("Warning", "ClusterUnhealthy") in [(e.type, e.reason) for e in long.events]
     # The new cluster (created after the old one went unready) is waited for, not deleted.
     new = decide(at(long.status, 200, ray_cluster=rc_created(81), policy=policy))
     assert Action.DELETE_RAY_CLUSTER not in new.actions
@@ -220,6 +221,7 @@ def test_recovering_on_a_cluster_that_stays_unready_recreates_it_once_past_the_b
     assert Action.DELETE_RAY_CLUSTER not in waiting.actions
     past = decide(at(waiting.status, 70, ray_cluster=old, policy=policy))
     assert Action.DELETE_RAY_CLUSTER in past.actions
+    assert ("Warning", "ClusterUnhealthy") in [(e.type, e.reason) for e in past.events]
     assert past.status.recovery.restarts == 1  # the driver's failure, not another
 
 

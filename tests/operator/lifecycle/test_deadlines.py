@@ -47,5 +47,7 @@ def test_a_running_trainer_is_stopped_at_the_active_deadline(runs, tmp_path):
     assert status["terminal"]["reason"] == "DeadlineExceeded"
     assert status["ledger"]["completedSteps"] < 200
     assert "RayCluster" not in runs.children(name)
-    assert not runs.core.list_namespaced_pod(
-        runs.namespace, label_selector=f"job-name={name}-a1").items
+    # The driver's Job was deleted at the stop; its pod goes with it once its process exits.
+    wait_for(lambda: not runs.core.list_namespaced_pod(
+        runs.namespace, label_selector=f"job-name={name}-a1").items, 60,
+        what="the driver pod gone")

@@ -18,6 +18,7 @@ from tests.operator.lifecycle.runs import manifest
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
 def hold_queued_clusters(api, namespace: str) -> Iterator[None]:
@@ -37,7 +38,7 @@ def hold_queued_clusters(api, namespace: str) -> Iterator[None]:
                 "resources": ["rayclusters"]}]},
             "matchConditions": [{"name": "queued", "expression":
                                  "has(object.metadata.labels) && "
-                                 "'kueue.x-k8s.io/queue-name' in object.metadata.labels"}],
+                                 f"'{QUEUE_LABEL}' in object.metadata.labels"}],
             "failurePolicy": "Fail",
             "reinvocationPolicy": "Never",
             "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
@@ -48,6 +49,15 @@ def hold_queued_clusters(api, namespace: str) -> Iterator[None]:
         "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": name},
         "spec": {"policyName": name, "matchResources": {"namespaceSelector": {
             "matchLabels": {"kubernetes.io/metadata.name": namespace}}}}})
+    # The API server loads a new policy asynchronously: probe with dry-run creates until a
+    # queued RayCluster comes back held.
+    rayclusters = dynamic.resources.get(api_version="ray.io/v1", kind="RayCluster")
+    probe = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+             "metadata": {"name": "probe", "labels": {QUEUE_LABEL: "probe"}},
+             "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                 "containers": [{"name": "ray-head", "image": "probe"}]}}}}}
+    wait_for(lambda: rayclusters.create(body=probe, namespace=namespace, dry_run="All")
+             .to_dict()["spec"].get("suspend") is True, 30, what="the policy in effect")
     try:
         yield
     finally:
@@ -66,7 +76,7 @@ def test_a_held_cluster_keeps_the_run_queued_until_admitted(runs, kueue_webhook,
                     runPolicy__queueName="team-a")
     runs.create(body)
     rc = wait_for(lambda: runs.ray_cluster("queued"), 30, what="the RayCluster")
-    assert rc["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert rc["metadata"]["labels"][QUEUE_LABEL] == "team-a"
     assert rc["spec"]["suspend"] is True  # created held, as Kueue's webhook does
     wait_for(lambda: runs.phase("queued") == "Queued", 30, what="Queued")
     time.sleep(6)  # a few reconcile passes
@@ -83,4 +93,4 @@ def test_a_held_cluster_keeps_the_run_queued_until_admitted(runs, kueue_webhook,
     plain = manifest("unqueued", str(tmp_path), resources__gpusPerWorker=16)
     runs.create(plain)
     rc = wait_for(lambda: runs.ray_cluster("unqueued"), 30, what="the other RayCluster")
-    assert "kueue.x-k8s.io/queue-name" not in rc["metadata"].get("labels", {})
+    assert QUEUE_LABEL not in rc["metadata"].get("labels", {})
