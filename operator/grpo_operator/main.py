@@ -14,7 +14,14 @@ import kopf
 from kubernetes import client, config
 
 from grpo_operator import settings as operator_settings
-from grpo_operator.api.constants import FINALIZER, GROUP, KOPF_ANNOTATIONS_PREFIX, PLURAL, VERSION
+from grpo_operator.api.constants import (
+    FINALIZER,
+    GROUP,
+    KOPF_ANNOTATIONS_PREFIX,
+    LABEL_RUN,
+    PLURAL,
+    VERSION,
+)
 from grpo_operator.controller import Controller
 from grpo_operator.kube import Kube
 from grpo_operator.metrics import Metrics
@@ -58,6 +65,14 @@ def on_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo,
         memo.controller.forget(namespace, name)
     else:
         memo.controller.enqueue(namespace, name)
+
+
+# A RayCluster turning ready, unready or gone wakes its run at once instead of at its next
+# requeue (the run's name is its label; the label value of a cluster not ours is absent).
+@kopf.on.event("ray.io", "v1", "rayclusters", labels={LABEL_RUN: kopf.PRESENT})
+def on_ray_cluster_event(labels: dict[str, str], namespace: str, memo: kopf.Memo,
+                         **_: Any) -> None:
+    memo.controller.enqueue(namespace, labels[LABEL_RUN])
 
 
 @kopf.on.probe(id="queuedRuns")

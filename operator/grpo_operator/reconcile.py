@@ -47,6 +47,9 @@ from grpo_operator.naming import ChildNames
 # How soon to look again, by what the run waits for.
 FAST_REQUEUE_SECONDS = 1.0
 STEADY_REQUEUE_SECONDS = 5.0
+# A RayCluster's changes (ready, gone) wake its run through the operator's RayCluster watch;
+# this pass is the safety net.
+RAY_CLUSTER_WAIT_SECONDS = STEADY_REQUEUE_SECONDS
 
 # Stops that end the run, by reason, with their outcome; a suspension is the only other stop.
 _ENDING_STOPS = {
@@ -149,7 +152,7 @@ def _end(d: Decision, o: Observed, outcome: Outcome, reason: str, message: str,
         d.events.append(Event("Normal" if succeeded else "Warning", str(phase), message))
     d.status.phase = phase
     d.actions.append(Action.DELETE_RAY_CLUSTER)
-    d.requeue_after = FAST_REQUEUE_SECONDS
+    d.requeue_after = RAY_CLUSTER_WAIT_SECONDS
 
 
 def _refuse(d: Decision, o: Observed, refusal: Refusal) -> None:
@@ -360,7 +363,7 @@ def _stop(d: Decision, o: Observed) -> None:
     _condition(d, o, ConditionType.RUNNING, False, str(Reason.SUSPENDED), stopping.message)
     if o.ray_cluster is not None:
         d.actions.append(Action.DELETE_RAY_CLUSTER)
-        d.requeue_after = FAST_REQUEUE_SECONDS
+        d.requeue_after = RAY_CLUSTER_WAIT_SECONDS
         return
     s.stopping = None
     checkpoint = s.recovery.last_checkpoint
@@ -427,7 +430,7 @@ def _after_end(d: Decision, o: Observed) -> None:
     if s.terminal is not None and s.terminal.cleanup is None and s.children.ray_cluster:
         if o.ray_cluster is not None:
             d.actions.append(Action.DELETE_RAY_CLUSTER)
-            d.requeue_after = FAST_REQUEUE_SECONDS
+            d.requeue_after = RAY_CLUSTER_WAIT_SECONDS
             return
         # Written only once the RayCluster is observed gone.
         s.terminal.cleanup = Cleanup(ray_cluster_deleted=True, time=o.now)
@@ -560,7 +563,7 @@ def decide(o: Observed) -> Decision:
                 _replace_cluster(d, "unready for too long")
             if s.phase != Phase.RECOVERING:
                 _phase(d, o, Phase.PROVISIONING, "waiting for the RayCluster to be ready")
-            d.requeue_after = _sooner(FAST_REQUEUE_SECONDS, _next_check(o, s))
+            d.requeue_after = _sooner(RAY_CLUSTER_WAIT_SECONDS, _next_check(o, s))
             return d
         if s.active_since is None:
             s.active_since = o.now

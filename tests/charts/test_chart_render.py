@@ -60,6 +60,7 @@ RUN_GRANTS = {
     ("rbac.authorization.k8s.io", "roles", "create"),
     ("rbac.authorization.k8s.io", "rolebindings", "create"),
     ("ray.io", "rayclusters", "create"), ("ray.io", "rayclusters", "get"),
+    ("ray.io", "rayclusters", "list"), ("ray.io", "rayclusters", "watch"),
     ("ray.io", "rayclusters", "delete"),
     ("batch", "jobs", "create"), ("batch", "jobs", "get"), ("batch", "jobs", "delete"),
     ("", "pods", "list"), ("", "persistentvolumeclaims", "get"),

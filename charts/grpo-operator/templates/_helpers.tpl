@@ -77,9 +77,10 @@ Secrets: the operator only creates the per-run Ray auth Secret.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["create"]
+# RayClusters are watched (list/watch) so that a cluster turning ready or gone wakes its run.
 - apiGroups: ["ray.io"]
   resources: ["rayclusters"]
-  verbs: ["create", "get", "delete"]
+  verbs: ["create", "get", "list", "watch", "delete"]
 # Driver Jobs: one per attempt; a lost or stopped attempt's Job is deleted (Background, so its
 # pod goes too) before the next.
 - apiGroups: ["batch"]

@@ -3,6 +3,8 @@ nothing."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -68,3 +70,17 @@ def test_nothing_changes_with_equal_rewards_no_kl_no_weight_decay(make_learners,
     after = learners.states()[0]
     assert metrics["grad_norm"] == 0.0
     assert all(torch.equal(before[name], after[name]) for name in before)
+
+
+def _torch_threads(_actor) -> int:
+    return torch.get_num_threads()
+
+
+def test_cpu_ranks_share_the_cores_instead_of_rays_one_thread(make_learners):
+    import ray
+
+    cores = len(os.sched_getaffinity(0))
+    for world_size in (1, 2):
+        learners = make_learners(world_size)
+        threads = ray.get([rank.__ray_call__.remote(_torch_threads) for rank in learners.ranks])
+        assert threads == [max(1, cores // world_size)] * world_size

@@ -7,6 +7,7 @@ and reads the (all-reduced, hence identical) metrics from any of them.
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,14 @@ class LearnerSettings:
     dtype: str = "float32"  # the policy's parameter dtype (master weights)
 
 
+def cpu_threads_per_rank(world_size: int) -> int:
+    """Torch threads for a CPU rank: its share of the cores this process may run on. Ray starts
+    an actor with a fractional CPU request with ``OMP_NUM_THREADS=1``, but on the CPU the engine
+    and the ranks take turns (the engine idles while the ranks update), so one thread would
+    leave cores idle through every update."""
+    return max(1, len(os.sched_getaffinity(0)) // world_size)
+
+
 class LearnerRank:
     """One data-parallel rank (instantiate through ``ray.remote``)."""
 
@@ -63,6 +72,8 @@ class LearnerRank:
             rank=self.rank,
             world_size=self.world_size,
         )
+        if not self.settings.use_gpu:
+            torch.set_num_threads(cpu_threads_per_rank(self.world_size))
         torch.manual_seed(self.settings.seed)
         self.device = torch.device("cuda" if self.settings.use_gpu else "cpu")
         self.dp = DataParallel(self.settings.use_gpu)
