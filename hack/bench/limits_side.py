@@ -3,8 +3,9 @@
 ``engine``: the trainer's own rollout engine class (``RolloutEngine``, same ``EngineSettings``
 as ``grpo_trainer.run.start_run`` builds) in a plain process, no Ray, generating the prompts
 of the trainer's steps with the same sampling settings and ``n``. ``torch``: a bare loop on
-the learner's batch shape — two no-grad forwards (old-policy and reference logprobs, as the
-learner computes them) and one forward+backward+AdamW step over the same micro-batches.
+the learner's batch shape — the reference's no-grad forward (the experiments take one
+optimizer step per batch, so the learner's update forward supplies the old-policy logprobs and
+it runs no other no-grad pass) and one forward+backward+AdamW step over the same micro-batches.
 Both run one round per step of the experiment (warm-up included) and write ``--out`` JSON.
 """
 
@@ -54,7 +55,7 @@ def engine(exp: Experiment, workdir: Path, step_prompts: list[list[list[int]]]) 
 
 def bare_torch(exp: Experiment, workdir: Path, width: int) -> dict:
     """One round per step of the experiment on a (sequences, ``width``) batch; the response is
-    the last ``max_response_tokens`` columns. Seconds of the no-grad forwards and of the update
+    the last ``max_response_tokens`` columns. Seconds of the no-grad forward and of the update
     in each round (the caller drops the warm-up rounds)."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -78,7 +79,6 @@ def bare_torch(exp: Experiment, workdir: Path, width: int) -> dict:
         start = time.perf_counter()
         with torch.no_grad():
             for rows in chunks:
-                logprobs(policy, rows)
                 logprobs(reference, rows)
         middle = time.perf_counter()
         for rows in chunks:

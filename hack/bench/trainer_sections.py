@@ -223,8 +223,8 @@ def split(results: list[dict]) -> str:
         "phases are its own `StepMetrics` (`time_generate_s`, `time_reward_s`, `time_learn_s`, "
         "`time_sync_s`); *other* is the rest of its step (batch building, ledger); "
         "*checkpoint + reports* runs between steps (after-step hooks: a checkpoint every step "
-        "here) and is not part of *step s*. The trainer does not yet time its logprob passes "
-        "(old policy, reference) apart from the update, so they share a column; the bare torch "
+        "here) and is not part of *step s*. The trainer does not yet time its logprob pass "
+        "(the reference's) apart from the update, so they share a column; the bare torch "
         "rows of the next section show how the two split. TRL's phases come from wrapping its "
         "generation and reward calls (and its vLLM weight sync); the rest of its step is in "
         "*logprob passes + update*.",
@@ -258,7 +258,7 @@ def limits(results: list[dict]) -> str:
         rows += [
             [label, "rollout tok/s vs the same engine standalone", both(rollout, rate, True),
              both(engine, rate, True), _fractions(rollout, engine), busy[0]],
-            [label, "update tok/s vs bare 2 no-grad forwards + fwd/bwd/AdamW",
+            [label, "update tok/s vs bare reference forward + fwd/bwd/AdamW",
              both(update, rate, True), both(with_passes, rate, True),
              _fractions(update, with_passes), busy[1]],
             [label, "update tok/s vs bare fwd/bwd/AdamW only", both(update, rate, True),
@@ -280,10 +280,11 @@ def limits(results: list[dict]) -> str:
         "trainer's own `RolloutEngine` (same `EngineSettings`, sampling settings and `n`) built "
         "in a plain process without Ray and generating the prompts of the trainer's steps "
         "(initial weights). *Update*: prompt + response tokens of the step's batch per second "
-        "of `time_learn_s` (old-policy and reference logprob passes, then forward/backward and "
-        "AdamW, through Ray), against a bare torch loop on the same model, batch shape and "
-        "micro-batches — once with the two no-grad forwards the learner also runs, once with "
-        "forward+backward+AdamW alone. Same *median (best)* over the timed steps and rounds. "
+        "of `time_learn_s` (the reference's logprob pass, then forward/backward and AdamW, "
+        "through Ray; with one optimizer step per batch the update's own forward gives the "
+        "old-policy logprobs), against a bare torch loop on the same model, batch shape and "
+        "micro-batches — once with the reference's no-grad forward the learner also runs, once "
+        "with forward+backward+AdamW alone. Same *median (best)* over the timed steps and rounds. "
         "Threads: " + "; ".join(sorted(threads)) + ".",
         table,
     ])

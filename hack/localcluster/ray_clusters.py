@@ -91,7 +91,12 @@ class LocalRayHeads:
         key = (namespace, cluster)
         with self._lock:  # one start at a time: starting a head takes both cores for seconds
             if key in self._heads:
-                return self._heads[key]
+                # A head kept for a cluster of the same name that has since been replaced (a
+                # new attempt's RayCluster) must not serve the new one's driver: the reaper
+                # would stop it under that driver.
+                if not self._cluster_gone(key):
+                    return self._heads[key]
+                self._stop(key, self._heads.pop(key))
             rc = self.custom.get_namespaced_custom_object("ray.io", "v1", namespace,
                                                           "rayclusters", cluster)
             pods = self.core.list_namespaced_pod(
@@ -142,10 +147,11 @@ class LocalRayHeads:
             with self._lock:
                 heads = list(self._heads.items())
             for key, head in heads:
-                if not self._cluster_gone(key):
-                    continue
                 with self._lock:
-                    self._heads.pop(key, None)
+                    # ensure() may have replaced it meanwhile (and stopped this one).
+                    if self._heads.get(key) is not head or not self._cluster_gone(key):
+                        continue
+                    del self._heads[key]
                 log.info("RayCluster %s/%s or its head pod is gone: stopping its local head",
                          *key)
                 self._stop(key, head)

@@ -119,6 +119,12 @@ class Runs:
         result["RayCluster"] = [o["metadata"]["name"] for o in rcs["items"]]
         return {kind: names for kind, names in result.items() if names}
 
+    def running_driver_pod(self, name: str, attempt: int = 1):
+        """The driver pod of ``attempt`` once it is Running, else None."""
+        pods = self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"job-name={name}-a{attempt}").items
+        return pods[0] if pods and pods[0].status.phase == "Running" else None
+
     def events(self, name: str) -> list[tuple[str, str, str]]:
         evs = self.core.list_namespaced_event(
             self.namespace, field_selector=f"involvedObject.name={name}")

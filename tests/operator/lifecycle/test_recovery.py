@@ -23,12 +23,8 @@ def test_a_lost_driver_resumes_on_the_warm_cluster_and_a_lost_cluster_is_replace
     first_cluster = runs.custom.get_namespaced_custom_object(
         "ray.io", "v1", runs.namespace, "rayclusters", name)["metadata"]["uid"]
 
-    def driver_pod():
-        pods = runs.core.list_namespaced_pod(runs.namespace,
-                                             label_selector=f"job-name={name}-a1").items
-        return pods[0] if pods and pods[0].status.phase == "Running" else None
-
-    pod = wait_for(driver_pod, 120, what="the first driver running")
+    pod = wait_for(lambda: runs.running_driver_pod(name), 120,
+                   what="the first driver running")
     runs.core.delete_namespaced_pod(pod.metadata.name, runs.namespace)
 
     wait_for(lambda: runs.phase(name) == "Running"

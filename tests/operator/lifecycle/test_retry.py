@@ -17,12 +17,8 @@ def test_restarts_exhausted_then_retried_once_per_id(runs, tmp_path):
     body["spec"]["runPolicy"]["maxRestarts"] = 0
     runs.create(body)
 
-    def driver_pod():
-        pods = runs.core.list_namespaced_pod(runs.namespace,
-                                             label_selector=f"job-name={name}-a1").items
-        return pods[0] if pods and pods[0].status.phase == "Running" else None
-
-    pod = wait_for(driver_pod, 300, what="the first driver running")
+    pod = wait_for(lambda: runs.running_driver_pod(name), 300,
+                   what="the first driver running")
     runs.core.delete_namespaced_pod(pod.metadata.name, runs.namespace)
 
     wait_for(lambda: (runs.status(name).get("terminal") or {}).get("cleanup"), 180,

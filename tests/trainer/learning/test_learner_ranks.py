@@ -84,3 +84,38 @@ def test_cpu_ranks_share_the_cores_instead_of_rays_one_thread(make_learners):
         learners = make_learners(world_size)
         threads = ray.get([rank.__ray_call__.remote(_torch_threads) for rank in learners.ranks])
         assert threads == [max(1, cores // world_size)] * world_size
+
+
+def test_a_single_step_update_takes_the_old_policy_from_its_own_forward(tiny_dirs, batch):
+    from transformers import AutoModelForCausalLM
+
+    from grpo_trainer.batch import shard_batch
+    from grpo_trainer.learner.forward import batched_logprobs
+    from grpo_trainer.learner.parallel import DataParallel
+    from grpo_trainer.learner.update import update_policy
+
+    settings = AlgorithmSettings(kl_coef=0.0)
+    [shard] = shard_batch(batch, 1, 32)
+    single = UpdatePlan(1, 32, 8, 1.0, 12)
+
+    def update(precomputed_old: bool):
+        model = AutoModelForCausalLM.from_pretrained(tiny_dirs["model"], dtype=torch.float32)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+        data = dict(shard)
+        if precomputed_old:
+            data["old_log_prob"] = batched_logprobs(model, data, 1.0, single.micro_batch_size)
+        metrics = update_policy(model, optimizer, data, single, settings, DataParallel(False))
+        return model.state_dict(), metrics
+
+    with_pass, m_pass = update(precomputed_old=True)
+    without, m_without = update(precomputed_old=False)
+    assert _max_diff(with_pass, without) < 1e-6
+    for key in ("loss", "pg_loss", "grad_norm", "logprob_mismatch", "max_abs_log_ratio"):
+        assert m_pass[key] == pytest.approx(m_without[key], rel=1e-5, abs=1e-7), key
+    assert m_without["logprob_mismatch"] > 0  # measured against the engine's logprobs
+
+    two_steps = UpdatePlan(1, 16, 8, 1.0, 12)  # the policy moves after the first mini-batch
+    model = AutoModelForCausalLM.from_pretrained(tiny_dirs["model"], dtype=torch.float32)
+    with pytest.raises(ValueError, match="old_log_prob"):
+        update_policy(model, torch.optim.AdamW(model.parameters()), dict(shard), two_steps,
+                      settings, DataParallel(False))

@@ -104,23 +104,21 @@ class LearnerRank:
         """Old-policy (and reference) logprobs, then the epochs of updates on ``shard``."""
         shard = self._on_device(shard)
         temperature = self.settings.algorithm.temperature
-        # Old-policy logprobs from the learner itself (detached); the engine's only feed a
-        # mismatch metric.
-        shard["old_log_prob"] = batched_logprobs(
-            self.model, shard, temperature, plan.micro_batch_size
-        )
+        # Old-policy logprobs come from the learner itself (detached); the engine's only feed a
+        # mismatch metric. With one optimizer step per batch the policy has not moved when the
+        # update's own forward runs, so that forward supplies them (``update_policy``) and a
+        # whole no-grad pass is saved.
+        if not plan.single_step(shard["input_ids"].shape[0]):
+            shard["old_log_prob"] = batched_logprobs(
+                self.model, shard, temperature, plan.micro_batch_size
+            )
         if self.reference is not None:
             shard["ref_log_prob"] = batched_logprobs(
                 self.reference, shard, temperature, plan.micro_batch_size
             )
-        mask = shard["response_mask"].bool()
-        gap = torch.where(mask, (shard["old_log_prob"] - shard["engine_log_prob"]).abs(), 0.0)
-        mismatch = self.dp.all_reduce_sum(torch.stack([gap.sum(), mask.sum().float()]))
-        metrics = update_policy(
+        return update_policy(
             self.model, self.optimizer, shard, plan, self.settings.algorithm, self.dp
         )
-        metrics["logprob_mismatch"] = float(mismatch[0] / mismatch[1].clamp(min=1))
-        return metrics
 
     def logprobs(self, batch: dict[str, Tensor], reference: bool = False) -> Tensor:
         """(N, Tr) logprobs of ``batch``'s responses under the policy or the reference."""

@@ -35,6 +35,11 @@ class UpdatePlan:
     max_grad_norm: float
     response_width: int  # maxResponseTokens (BatchCounts' constant width)
 
+    def single_step(self, rows: int) -> bool:
+        """One optimizer step over ``rows`` sequences: the update's first forward runs the
+        old policy itself."""
+        return self.ppo_epochs == 1 and self.mini_batch_per_rank >= rows
+
 
 def _counts(mask: Tensor, width: int, dp: DataParallel) -> BatchCounts:
     local = BatchCounts.of(mask, width)
@@ -51,15 +56,20 @@ def update_policy(
     dp: DataParallel,
 ) -> dict[str, float]:
     """Train on this rank's ``shard`` (rows ordered mini-batch by mini-batch, see
-    ``grpo_trainer.batch.shard_batch``; it carries ``old_log_prob`` and, with klCoef > 0,
-    ``ref_log_prob``). Returns the step's metrics (identical on every rank)."""
+    ``grpo_trainer.batch.shard_batch``; it carries ``engine_log_prob``, ``old_log_prob`` unless
+    ``plan.single_step`` — then each micro-batch's own forward is the old policy's — and, with
+    klCoef > 0, ``ref_log_prob``). Returns the step's metrics (identical on every rank), with
+    ``logprob_mismatch``: the mean |old-policy − engine| logprob per response token."""
     params = [p for p in model.parameters() if p.requires_grad]
     n = shard["input_ids"].shape[0]
+    if "old_log_prob" not in shard and not plan.single_step(n):
+        raise ValueError("old_log_prob is required unless the update is a single step")
     width = shard["response_mask"].shape[1]
     sums: dict[str, float] = {}
     updates = skipped = 0
     max_log_ratio = torch.zeros(())
-    for _ in range(plan.ppo_epochs):
+    mismatch = torch.zeros(2)  # |old - engine| summed over response tokens, their count
+    for epoch in range(plan.ppo_epochs):
         for start in range(0, n, plan.mini_batch_per_rank):
             mini = {k: v[start : start + plan.mini_batch_per_rank] for k, v in shard.items()}
             counts = _counts(mini["response_mask"], plan.response_width, dp)
@@ -74,9 +84,14 @@ def update_policy(
                     settings.temperature,
                     with_entropy=True,
                 )  # (b, Tr) each
+                old_log_prob = micro.get("old_log_prob", log_prob.detach())
+                mask = micro["response_mask"].bool()
+                if epoch == 0:
+                    gap = torch.where(mask, (old_log_prob - micro["engine_log_prob"]).abs(), 0.0)
+                    mismatch += torch.stack([gap.sum(), mask.sum().float()])
                 loss, metrics = grpo_loss(
                     log_prob,
-                    micro["old_log_prob"],
+                    old_log_prob,
                     micro["advantages"],
                     micro["response_mask"],
                     counts,
@@ -87,9 +102,8 @@ def update_policy(
                 (loss * dp.loss_scale).backward()
                 for key, value in metrics.items():
                     shares[key] = shares.get(key, torch.zeros(())) + value
-                gap = (log_prob.detach() - micro["old_log_prob"]).abs()
-                gap = torch.where(micro["response_mask"].bool(), gap, 0.0)
-                max_log_ratio = torch.maximum(max_log_ratio, gap.max())
+                ratio = torch.where(mask, (log_prob.detach() - old_log_prob).abs(), 0.0)
+                max_log_ratio = torch.maximum(max_log_ratio, ratio.max())
 
             # Sum gradients across ranks, clip, step (or skip a non-finite step).
             dp.reduce_gradients(params)
@@ -111,6 +125,8 @@ def update_policy(
     if dp.world_size > 1:
         torch.distributed.all_reduce(max_log_ratio, op=torch.distributed.ReduceOp.MAX)
     out["max_abs_log_ratio"] = float(max_log_ratio)
+    mismatch = dp.all_reduce_sum(mismatch)
+    out["logprob_mismatch"] = float(mismatch[0] / mismatch[1].clamp(min=1))
     out["optimizer_steps"] = float(updates)
     out["skipped_steps"] = float(skipped)
     return out
