@@ -68,7 +68,7 @@ def on_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo,
 
 
 # A RayCluster turning ready, unready or gone wakes its run at once instead of at its next
-# requeue (the run's name is its label; the label value of a cluster not ours is absent).
+# requeue. Ours carry the run's name in LABEL_RUN; other RayClusters are filtered out.
 @kopf.on.event("ray.io", "v1", "rayclusters", labels={LABEL_RUN: kopf.PRESENT})
 def on_ray_cluster_event(labels: dict[str, str], namespace: str, memo: kopf.Memo,
                          **_: Any) -> None:

@@ -40,10 +40,21 @@ class DataParallel:
         return model
 
     def all_reduce_sum(self, tensor: Tensor) -> Tensor:
-        """In-place SUM across ranks (a no-op for one rank)."""
-        if self.world_size > 1:
-            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-        return tensor
+        """SUM across ranks (the tensor itself for one rank)."""
+        return self._all_reduce(tensor, dist.ReduceOp.SUM)
+
+    def all_reduce_max(self, tensor: Tensor) -> Tensor:
+        """MAX across ranks (the tensor itself for one rank)."""
+        return self._all_reduce(tensor, dist.ReduceOp.MAX)
+
+    def _all_reduce(self, tensor: Tensor, op: dist.ReduceOp) -> Tensor:
+        """Reduced on the backend's device (NCCL reduces CUDA tensors only), returned on the
+        tensor's own."""
+        if self.world_size == 1:
+            return tensor
+        reduced = tensor.cuda() if self.use_gpu else tensor
+        dist.all_reduce(reduced, op=op)
+        return reduced.to(tensor.device)
 
     def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """Sum the accumulated gradients over ranks (CPU replicas; FSDP already reduced)."""

@@ -68,7 +68,8 @@ def update_policy(
     sums: dict[str, float] = {}
     updates = skipped = 0
     max_log_ratio = torch.zeros(())
-    mismatch = torch.zeros(2)  # |old - engine| summed over response tokens, their count
+    # |old - engine| summed over response tokens, and their count.
+    mismatch = torch.zeros(2, device=shard["response_mask"].device)
     for epoch in range(plan.ppo_epochs):
         for start in range(0, n, plan.mini_batch_per_rank):
             mini = {k: v[start : start + plan.mini_batch_per_rank] for k, v in shard.items()}
@@ -122,9 +123,7 @@ def update_policy(
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
     steps = updates + skipped
     out = {key: value / steps for key, value in sums.items()}
-    if dp.world_size > 1:
-        torch.distributed.all_reduce(max_log_ratio, op=torch.distributed.ReduceOp.MAX)
-    out["max_abs_log_ratio"] = float(max_log_ratio)
+    out["max_abs_log_ratio"] = float(dp.all_reduce_max(max_log_ratio))
     mismatch = dp.all_reduce_sum(mismatch)
     out["logprob_mismatch"] = float(mismatch[0] / mismatch[1].clamp(min=1))
     out["optimizer_steps"] = float(updates)
