@@ -8,8 +8,12 @@ nodes and the real KubeRay operator.
 Everything lives under one root directory (PKI, etcd data, logs, kubeconfigs) that is removed
 on stop unless the caller passed its own ``root``.
 
+The harness plays the kubelet of two kinds of pods KWOK leaves alone: driver pods
+(``driver_runner``: the trainer's driver as a local process) and the Ray pods of the operator's
+RayClusters (``ray_pods``: each pod its own Ray node, head or worker).
+
 Options for benchmarks: ``gpu_nodes`` (the GPU pool's size), ``run_driver_pods=False`` (driver
-pods stay Pending instead of running the trainer against a local Ray head each) and
+pods stay Pending and KWOK fakes Ray pods, instead of each run training on real Ray nodes) and
 ``keep_audit_log`` (the API server writes ``audit_log``, to count requests by client).
 """
 
@@ -28,9 +32,9 @@ import yaml
 
 from . import audit, components, kubeconfig, mountns, nodes, pki
 from .binaries import Toolset, ensure_built
-from .driver_runner import ApiObjects, DriverRunner
+from .driver_runner import DriverRunner
 from .processes import Supervisor
-from .ray_clusters import LocalRayHeads
+from .ray_pods import RayPods
 
 
 @dataclass
@@ -46,7 +50,7 @@ class LocalCluster:
     run_driver_pods: bool = True
     keep_audit_log: bool = False
     driver_runner: DriverRunner | None = None
-    ray_heads: LocalRayHeads | None = None
+    ray_pods: RayPods | None = None
     _admin: object = None
     # Seconds each start-up phase took, for the README's numbers and `localcluster up`.
     timings: dict[str, float] = field(default_factory=dict)
@@ -87,7 +91,9 @@ class LocalCluster:
         with self._phase("kube-scheduler"):
             components.start_scheduler(ctx, self.server)
         with self._phase("kwok+nodes"):
-            components.start_kwok(ctx, self.server)
+            # KWOK leaves the pods the harness plays alone (drivers, and Ray pods if run).
+            components.start_kwok(ctx, self.server, components.PLAYED_SELECTOR
+                                  if self.run_driver_pods else components.DRIVER_SELECTOR)
             self.kubectl("apply", "-f", "-",
                          input=yaml.safe_dump_all(nodes.default_nodes(self.gpu_nodes)))
             self.kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=60s")
@@ -98,16 +104,15 @@ class LocalCluster:
         self._admin = self.api_client()
         self.mountpoints = mountns.Mountpoints()
         if self.run_driver_pods:
-            self.ray_heads = LocalRayHeads(
-                self._admin, self.root, ApiObjects(self._admin), self.mountpoints
-            )
+            self.ray_pods = RayPods(self._admin, self.root, mountpoints=self.mountpoints)
+            self.ray_pods.start()
         self.driver_runner = DriverRunner(
             self._admin,
             self.root,
             selector=components.DRIVER_SELECTOR,
             apiserver_port=int(self.server.rsplit(":", 1)[1]),
             mountpoints=self.mountpoints,
-            host_aliases=self.ray_heads.host_aliases if self.ray_heads is not None else None,
+            host_aliases=self.ray_pods.host_aliases if self.ray_pods is not None else None,
             run_pods=self.run_driver_pods,
         )
         self.driver_runner.start()
@@ -122,8 +127,8 @@ class LocalCluster:
     def stop(self) -> None:
         if self.driver_runner is not None:
             self.driver_runner.stop()
-            if self.ray_heads is not None:
-                self.ray_heads.stop()
+            if self.ray_pods is not None:
+                self.ray_pods.stop()
             self.mountpoints.remove_created()
             self._admin.close()
         self.supervisor.stop_all()

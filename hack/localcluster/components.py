@@ -16,8 +16,10 @@ from .processes import Supervisor, free_port
 SERVICE_CIDR = "10.0.0.0/24"
 POD_CIDR = "10.244.0.0/16"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
-# The harness plays the kubelet of pods with this label (driver_runner); KWOK leaves them be.
+# The harness plays the kubelet of driver pods (driver_runner) and of the operator's Ray pods
+# (ray_pods, labelled ray-head/ray-worker); KWOK leaves the pods it plays alone.
 DRIVER_SELECTOR = "grpo.dev/role=driver"
+PLAYED_SELECTOR = "grpo.dev/role in (driver,ray-head,ray-worker)"
 # Jobs, garbage collection, namespaces, service accounts, PV binding...: the defaults, minus
 # node-lifecycle, which would mark KWOK's heartbeat-less nodes NotReady and evict their pods.
 CONTROLLERS = "*,-node-lifecycle-controller,-cloud-node-lifecycle-controller"
@@ -163,9 +165,9 @@ def start_scheduler(ctx: Context, server: str) -> None:
     _secure_component(ctx, "kube-scheduler", "kube-scheduler", config, [])
 
 
-def start_kwok(ctx: Context, server: str) -> None:
+def start_kwok(ctx: Context, server: str, disregarded: str = DRIVER_SELECTOR) -> None:
     """KWOK with its stock fast stages (nodes Ready; pods Running and Ready; Job pods
-    completed; deleted pods removed), skipping driver pods entirely."""
+    completed; deleted pods removed), skipping the pods ``disregarded`` selects entirely."""
     stages = ctx.root / "kwok-stages.yaml"
     stages.write_text(
         "\n---\n".join(p.read_text() for p in sorted(ctx.tools.kwok_stages.glob("*.yaml")))
@@ -179,7 +181,7 @@ def start_kwok(ctx: Context, server: str) -> None:
             f"--config={stages}",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            f"--disregard-status-with-label-selector={DRIVER_SELECTOR}",
+            f"--disregard-status-with-label-selector={disregarded}",
             f"--cidr={POD_CIDR}",
             "--node-ip=127.0.0.1",
             f"--server-address=127.0.0.1:{port}",

@@ -1,14 +1,35 @@
 """Running a process in a private mount namespace with a pod's mounts bind-mounted at their
-``mountPath`` — how the harness gives local processes the filesystem a container would see."""
+``mountPath`` — how the harness gives local processes the filesystem a container would see.
+
+A ``Sandbox`` goes further, as a container runtime does: a UTS namespace with the pod's
+hostname, the pod's own ``/etc/hosts``, a fresh tmpfs ``/dev/shm`` of the pod's size, and a
+private ``/tmp`` (a directory of the pod's, bind-mounted over it). Host paths the process still
+needs under ``/tmp`` (this virtualenv, when the checkout lives there; a volume's source) are
+bound into the pod's ``/tmp`` directory first, so replacing ``/tmp`` hides nothing they use.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import shlex
+import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from .podspec import Mount
+
+_TMP = Path("/tmp")
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """What a pod's container has of its own beyond its volumes."""
+
+    hostname: str
+    hosts_file: Path  # on this machine; becomes /etc/hosts
+    shm_bytes: int  # the tmpfs at /dev/shm
+
 
 
 class Mountpoints:
@@ -44,15 +65,44 @@ class Mountpoints:
                 path.unlink() if path.is_file() else path.rmdir()
 
 
-def wrap(argv: list[str], mounts: list[Mount], workdir: str = "/") -> list[str]:
+def _bind(lines: list[str], source: Path | str, target: str, read_only: bool) -> None:
+    src, dst = shlex.quote(str(source)), shlex.quote(target)
+    lines.append(f"mount --bind {src} {dst}")
+    if read_only:
+        lines.append(f"mount -o remount,bind,ro {dst}")
+
+
+def under_tmp(path: Path | str) -> bool:
+    return Path(path).is_relative_to(_TMP)
+
+
+def wrap(argv: list[str], mounts: list[Mount], workdir: str = "/", *,
+         sandbox: Sandbox | None = None, private_tmp: Path | None = None) -> list[str]:
     """``argv`` run in a new mount namespace after bind-mounting ``mounts`` (read-only where
-    asked). The targets must exist (``Mountpoints.ensure``). ``exec`` keeps the pid."""
+    asked). The targets must exist (``Mountpoints.ensure``). ``exec`` keeps the pid. With a
+    ``sandbox``, also its hostname, hosts file and /dev/shm, and ``private_tmp`` as /tmp."""
     lines = ["set -e"]
+    if sandbox is not None:
+        if private_tmp is None:
+            raise ValueError("a sandbox needs a private /tmp directory")
+        inside = [m for m in mounts if under_tmp(m.target)]
+        if inside:
+            raise ValueError(f"volume mounts under /tmp are not supported in a sandbox: "
+                             f"{[m.target for m in inside]}")
+        lines.append(f"hostname {shlex.quote(sandbox.hostname)}")
+        lines.append(f"mount -t tmpfs -o size={sandbox.shm_bytes},mode=1777 tmpfs /dev/shm")
+        _bind(lines, sandbox.hosts_file, "/etc/hosts", read_only=True)
+        # Host paths under /tmp that stay visible in the pod's /tmp at the same place.
+        prefix = Path(sys.prefix)
+        for keep in [prefix] if under_tmp(prefix) else []:
+            target = private_tmp / keep.relative_to(_TMP)
+            target.mkdir(parents=True, exist_ok=True)
+            _bind(lines, keep, str(target), read_only=True)
     for m in mounts:
-        src, dst = shlex.quote(str(m.source)), shlex.quote(m.target)
-        lines.append(f"mount --bind {src} {dst}")
-        if m.read_only:
-            lines.append(f"mount -o remount,bind,ro {dst}")
+        _bind(lines, m.source, m.target, m.read_only)
+    if sandbox is not None:
+        lines.append(f"mount --rbind {shlex.quote(str(private_tmp))} /tmp")
     lines += [f"cd {shlex.quote(workdir)}", 'exec "$@"']
-    return ["unshare", "--mount", "--propagation", "private", "--",
+    namespaces = ["--mount", "--uts"] if sandbox is not None else ["--mount"]
+    return ["unshare", *namespaces, "--propagation", "private", "--",
             "sh", "-c", "\n".join(lines), "pod-entrypoint", *argv]

@@ -12,7 +12,12 @@ from typing import Protocol
 
 
 class PodSpecError(ValueError):
-    """The pod cannot run here (yet): a referenced object is missing, or a feature is absent."""
+    """The pod cannot run here: a feature the harness lacks, or a spec it cannot honour."""
+
+
+class MissingObject(PodSpecError):
+    """An object the pod references is not there yet (a ConfigMap, a Secret, an unbound claim):
+    a kubelet keeps the pod waiting and retries, and so does the harness."""
 
 
 class ObjectSource(Protocol):
@@ -56,7 +61,7 @@ def _field(pod: dict, path: str) -> str:
         "metadata.uid": meta.get("uid", ""),
         "spec.nodeName": pod["spec"].get("nodeName", ""),
         "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
-        "status.podIP": "127.0.0.1",
+        "status.podIP": (pod.get("status") or {}).get("podIP") or "127.0.0.1",
         "status.hostIP": "127.0.0.1",
     }
     label = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
@@ -71,7 +76,7 @@ def _key(data: dict | None, kind: str, ns: str, name: str, key: str, optional: b
     if data is None or key not in data:
         if optional:
             return None
-        raise PodSpecError(f"{kind} {ns}/{name} (key {key!r}) not found")
+        raise MissingObject(f"{kind} {ns}/{name} (key {key!r}) not found")
     return data[key]
 
 
@@ -85,13 +90,13 @@ def environment(pod: dict, container: dict, source: ObjectSource) -> dict[str, s
             name = ref["configMapRef"]["name"]
             data = source.config_map(ns, name)
             if data is None and not ref["configMapRef"].get("optional"):
-                raise PodSpecError(f"ConfigMap {ns}/{name} not found")
+                raise MissingObject(f"ConfigMap {ns}/{name} not found")
             env.update({prefix + k: v for k, v in (data or {}).items()})
         elif "secretRef" in ref:
             name = ref["secretRef"]["name"]
             data = source.secret(ns, name)
             if data is None and not ref["secretRef"].get("optional"):
-                raise PodSpecError(f"Secret {ns}/{name} not found")
+                raise MissingObject(f"Secret {ns}/{name} not found")
             env.update({prefix + k: v.decode() for k, v in (data or {}).items()})
     for var in container.get("env") or []:
         name = var["name"]
@@ -167,8 +172,8 @@ def materialise_volumes(pod: dict, pod_dir: Path, source: ObjectSource) -> dict[
             claim = volume["persistentVolumeClaim"]["claimName"]
             host = source.pvc_host_path(ns, claim)
             if host is None:
-                raise PodSpecError(f"PersistentVolumeClaim {ns}/{claim} is not bound to a "
-                                   "hostPath or local PersistentVolume")
+                raise MissingObject(f"PersistentVolumeClaim {ns}/{claim} is not bound to a "
+                                    "hostPath or local PersistentVolume")
             paths[name] = host
             continue
         local.mkdir(parents=True, exist_ok=True)
@@ -195,7 +200,7 @@ def _write_object_keys(item: dict, ns: str, local: Path, source: ObjectSource) -
         ref, kind = item["secret"], "Secret"
         data = source.secret(ns, ref.get("secretName") or ref["name"])
     if data is None and not ref.get("optional"):
-        raise PodSpecError(f"{kind} {ns}/{ref.get('secretName') or ref['name']} not found")
+        raise MissingObject(f"{kind} {ns}/{ref.get('secretName') or ref['name']} not found")
     _write_items(local, data or {}, ref.get("items"))
 
 

@@ -290,6 +290,12 @@ def _finish_driver(d: Decision, o: Observed, end: DriverEnd, report: Report | No
     if not (disposition.retryable or interrupted):
         _end(d, o, Outcome.FAILED, str(disposition.reason), message, report)
         return
+    # The trainer may say why (with the figures); the exit code alone decides what happens, so
+    # a report's failure only counts when it names the reason the exit code means.
+    failure = report.failure if report else None
+    if failure is not None and failure.reason == disposition.reason:
+        message = f"{failure.message} ({disposition.message})"
+        d.events.append(Event("Warning", failure.reason, message))
     _restart(d, o, "Interrupted" if interrupted else str(disposition.reason), message, report)
 
 

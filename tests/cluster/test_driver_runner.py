@@ -10,15 +10,15 @@ import textwrap
 import pytest
 from kubernetes import client
 
-from grpo_operator.children.driver_job import ROLE_DRIVER, ROLE_LABEL
+from grpo_operator.api.constants import LABEL_ROLE, ROLE_DRIVER
 from localcluster.components import DRIVER_SELECTOR
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
 # The label the operator puts on driver pods is the one the harness runs for real.
-DRIVER_LABELS = {ROLE_LABEL: ROLE_DRIVER}
-assert f"{ROLE_LABEL}={ROLE_DRIVER}" == DRIVER_SELECTOR
+DRIVER_LABELS = {LABEL_ROLE: ROLE_DRIVER}
+assert f"{LABEL_ROLE}={ROLE_DRIVER}" == DRIVER_SELECTOR
 
 
 def driver_job(name: str, code: int) -> client.V1Job:

@@ -10,6 +10,7 @@ import pytest
 from grpo_operator.api.report import MAX_REPORT_BYTES, Report, TrainerState
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.api.status import (
+    AttemptFailure,
     ArtifactRef,
     GRPORunStatus,
     ReportCursor,
@@ -156,6 +157,7 @@ def test_success_needs_the_terminal_report_with_an_artifact():
 
 @pytest.mark.parametrize(("code", "reason"), [
     (10, "InvalidInput"), (11, "FrozenInputChanged"), (12, "BudgetExhausted"),
+    (15, "WeightSyncIncomplete"),
 ])
 def test_a_non_retryable_failure_ends_the_run_with_the_cause(code, reason):
     d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
@@ -187,6 +189,7 @@ def test_cleanup_receipt_only_once_the_cluster_is_gone():
 
 @pytest.mark.parametrize(("code", "reason"), [
     (14, "RetryableFailure"), (137, "Killed"), (1, "UnexpectedExit"), (None, "PodVanished"),
+    (16, "WeightSyncMismatch"),
     (13, "Interrupted"),  # SUSPENDED without a suspension asked for: the pod was deleted
 ])
 def test_a_retryable_failure_starts_the_next_attempt_on_the_same_cluster(code, reason):
@@ -205,6 +208,31 @@ def test_a_retryable_failure_starts_the_next_attempt_on_the_same_cluster(code, r
     assert resumed.status.phase == "Running"
     assert resumed.actions == [Action.ENSURE_RUN_CHILDREN, Action.ENSURE_DRIVER_JOB]
     assert resumed.status.condition("Recovering").status == "False"
+
+
+def _failure_report(reason: str) -> str:
+    return Report(schema_version=1, attempt=1, sequence=4, time=NOW, state=TrainerState.RUNNING,
+                  ledger=TrainerLedger(planned_steps=3, completed_steps=1),
+                  failure=AttemptFailure(reason=reason, message="step 2: mismatch 0.31 > 0.001"),
+                  ).to_json()
+
+
+def test_the_trainers_named_failure_says_why_an_attempt_restarts():
+    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+                       driver_pods=[_pod(16)], report_data=_failure_report("WeightSyncMismatch")))
+    assert d.status.phase == "Recovering"
+    assert "mismatch 0.31 > 0.001" in d.status.condition("Recovering").message
+    warnings = [(e.reason, e.message) for e in d.events if e.type == "Warning"]
+    assert warnings and warnings[0][0] == "WeightSyncMismatch"
+    assert "mismatch 0.31" in warnings[0][1]
+
+
+def test_a_named_failure_that_the_exit_code_does_not_mean_is_not_believed():
+    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+                       driver_pods=[_pod(14)], report_data=_failure_report("WeightSyncMismatch")))
+    assert d.status.phase == "Recovering"
+    assert "mismatch" not in d.status.condition("Recovering").message
+    assert not [e for e in d.events if e.type == "Warning"]
 
 
 def test_no_restart_left_fails_the_run():

@@ -8,19 +8,19 @@ from pathlib import Path
 import pytest
 
 from grpo_trainer import toy
-from localcluster.ray_head import RayHead
+from localcluster.ray_node import RayNode
 
 # Longer than Ray's default (3 s) and than the test trainers' "checkpoints".
 RAY_HEAD_JOB_STOP_WAIT_S = 15
 
 
 @pytest.fixture(scope="session")
-def ray_head() -> Iterator[RayHead]:
+def ray_head() -> Iterator[RayNode]:
     """One real local Ray head (token authentication on) for the whole session.
 
     Stopping it fails the session if any of its processes survives.
     """
-    head = RayHead.start(job_stop_wait_s=RAY_HEAD_JOB_STOP_WAIT_S)
+    head = RayNode.head(job_stop_wait_s=RAY_HEAD_JOB_STOP_WAIT_S)
     try:
         yield head
     finally:

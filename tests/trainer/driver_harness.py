@@ -16,7 +16,7 @@ from ray.job_submission import JobSubmissionClient
 from grpo_operator.api.run_config import ResumeMode, RunConfig
 from grpo_operator.api.spec import validate_manifest
 from grpo_trainer.driver import settings
-from localcluster.ray_head import RayHead
+from localcluster.ray_node import RayNode
 
 DRIVER_TIMEOUT = 120  # a bound on any driver run, not a benchmark
 
@@ -41,7 +41,7 @@ MANIFEST = {
 class Run:
     """One test's run: its config file, its trainer scripts, its drivers."""
 
-    def __init__(self, head: RayHead, tmp_path: Path, attempt: int = 1):
+    def __init__(self, head: RayNode, tmp_path: Path, attempt: int = 1):
         self.head = head
         self.dir = tmp_path
         self.name = f"drv-{uuid.uuid4().hex[:8]}"
@@ -126,6 +126,6 @@ class Driver:
             ) from None
 
 
-def jobs_client(head: RayHead) -> JobSubmissionClient:
+def jobs_client(head: RayNode) -> JobSubmissionClient:
     return JobSubmissionClient(head.address, headers={"Authorization": f"Bearer {head.token}"})
 

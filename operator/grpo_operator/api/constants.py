@@ -95,6 +95,12 @@ LABEL_COMPONENT = f"{GROUP}/component"  # e.g. "raycluster", "driver", "report",
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "grpo-operator"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# What a pod is for: the driver, or a Ray pod of the run's RayCluster (NetworkPolicies and node
+# agents select on it; the local cluster plays the kubelet of exactly these pods).
+LABEL_ROLE = f"{GROUP}/role"
+ROLE_DRIVER = "driver"
+ROLE_RAY_HEAD = "ray-head"
+ROLE_RAY_WORKER = "ray-worker"
 
 # An explicit retry after a terminal failure: `grpo.dev/retry: <operation-id>`. Each id is
 # acted on once; the ids seen are kept (bounded) in status.seenRetryIds.
@@ -167,6 +173,8 @@ class Reason(StrEnum):
     BUDGET_EXHAUSTED = "BudgetExhausted"
     SUSPENDED = "Suspended"
     RETRYABLE_FAILURE = "RetryableFailure"
+    WEIGHT_SYNC_INCOMPLETE = "WeightSyncIncomplete"
+    WEIGHT_SYNC_MISMATCH = "WeightSyncMismatch"
     UNEXPECTED_EXIT = "UnexpectedExit"
     KILLED = "Killed"
     POD_VANISHED = "PodVanished"

@@ -30,10 +30,17 @@ class ExitCode(IntEnum):
     """Stopped on request (SIGTERM while suspending); a checkpoint was written."""
     RETRYABLE_FAILURE = 14
     """A failure the trainer judged transient (lost worker, NCCL error); resume from checkpoint."""
+    WEIGHT_SYNC_INCOMPLETE = 15
+    """A weight sync left a parameter the engine expects without a value: the learner's and
+    the engine's models do not match, and a retry would fail the same way."""
+    WEIGHT_SYNC_MISMATCH = 16
+    """The engines' sampling logprobs disagree with the learners' beyond
+    rollout.maxLogprobMismatch (a stale or corrupted sync); the step was not trained on and the
+    next attempt resumes from the checkpoint."""
 
     @property
     def retryable(self) -> bool:
-        return self is ExitCode.RETRYABLE_FAILURE
+        return self in (ExitCode.RETRYABLE_FAILURE, ExitCode.WEIGHT_SYNC_MISMATCH)
 
     @property
     def meaning(self) -> str:
@@ -47,6 +54,8 @@ _MEANINGS = {
     ExitCode.BUDGET_EXHAUSTED: "budget exhausted (checkpoint written)",
     ExitCode.SUSPENDED: "suspended (checkpoint written)",
     ExitCode.RETRYABLE_FAILURE: "retryable failure",
+    ExitCode.WEIGHT_SYNC_INCOMPLETE: "the weight sync left engine parameters without a value",
+    ExitCode.WEIGHT_SYNC_MISMATCH: "the engines' logprobs disagree with the learners'",
 }
 
 # For the driver Job's podFailurePolicy (rule action FailJob, operator In): the codes that end
@@ -55,6 +64,7 @@ NON_RETRYABLE_EXIT_CODES: tuple[int, ...] = (
     int(ExitCode.INVALID_INPUT),
     int(ExitCode.FROZEN_INPUT_CHANGED),
     int(ExitCode.BUDGET_EXHAUSTED),
+    int(ExitCode.WEIGHT_SYNC_INCOMPLETE),
 )
 
 SIGNAL_EXIT_BASE = 128
@@ -107,4 +117,6 @@ _KNOWN: dict[ExitCode, tuple[Outcome | None, Reason]] = {
     ExitCode.BUDGET_EXHAUSTED: (Outcome.FAILED, Reason.BUDGET_EXHAUSTED),
     ExitCode.SUSPENDED: (None, Reason.SUSPENDED),
     ExitCode.RETRYABLE_FAILURE: (None, Reason.RETRYABLE_FAILURE),
+    ExitCode.WEIGHT_SYNC_INCOMPLETE: (Outcome.FAILED, Reason.WEIGHT_SYNC_INCOMPLETE),
+    ExitCode.WEIGHT_SYNC_MISMATCH: (None, Reason.WEIGHT_SYNC_MISMATCH),
 }

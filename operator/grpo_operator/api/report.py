@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError
 from grpo_operator.api.base import ApiModel, Rule, Timestamp, schema_version_type
 from grpo_operator.api.status import (
     Attempt,
+    AttemptFailure,
     Count,
     ReportCursor,
     TrainerLedger,
@@ -81,6 +82,10 @@ class Report(ApiModel):
     """Checkpoints and rollout reuse."""
     terminal: TrainerTerminal | None = None
     """Set exactly when state is Finished."""
+    failure: AttemptFailure | None = None
+    """Set when the trainer ends this attempt with a retryable failure it can name (the next
+    attempt resumes from the checkpoint). The exit code decides what the operator does; this
+    only says why, in the Recovering condition and a Warning Event."""
 
     RULES = (
         Rule(

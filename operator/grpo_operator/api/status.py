@@ -164,6 +164,15 @@ class Ledger(TrainerLedger):
     """What is left of the budget."""
 
 
+class AttemptFailure(ApiModel):
+    """Why the trainer ended an attempt it expects the next one to get past."""
+
+    reason: ReasonText
+    """CamelCase reason (WeightSyncMismatch, ...)."""
+    message: Message = ""
+    """Human-readable details, with the figures that tripped the check."""
+
+
 class TrainerRecovery(ApiModel):
     """Recovery state as the trainer sees it."""
 

@@ -143,3 +143,14 @@ class RolloutSpec(ApiModel):
     maxPromptTokens + maxResponseTokens."""
     dtype: RolloutDType = RolloutDType.AUTO
     """vLLM's dtype; `auto` follows the model's config."""
+    max_logprob_mismatch: StrictFloat | None = Field(default=None, gt=0, le=100)
+    """The runtime parity guard: the largest mean |learner - engine| logprob per response token
+    a step may show before it is not trained on and the attempt ends WeightSyncMismatch (a
+    stale or broken weight sync). Unset: 1e-3 with dtype float32, 0.1 otherwise (bf16 and fp16
+    engines differ from a float32 learner by a few hundredths per token)."""
+
+    def logprob_mismatch_limit(self) -> float:
+        """The parity guard's threshold (see max_logprob_mismatch)."""
+        if self.max_logprob_mismatch is not None:
+            return self.max_logprob_mismatch
+        return 1e-3 if self.dtype == RolloutDType.FLOAT32 else 0.1

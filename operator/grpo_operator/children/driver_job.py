@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpo_operator.api.constants import LABEL_ATTEMPT
+from grpo_operator.api.constants import LABEL_ATTEMPT, LABEL_ROLE, ROLE_DRIVER
 from grpo_operator.api.exit_codes import NON_RETRYABLE_EXIT_CODES
 from grpo_operator.api.ray_job import (
     ADDRESS_ENV,
@@ -42,8 +42,6 @@ from grpo_operator.naming import ChildNames
 DRIVER_CONTAINER = "driver"
 METRICS_PORT_NAME = "metrics"
 # The label by which a test cluster's harness recognises the pods it must run for real.
-ROLE_LABEL = "grpo.dev/role"
-ROLE_DRIVER = "driver"
 
 
 def head_address(run: RunRef) -> str:
@@ -55,7 +53,7 @@ def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
     r = spec.resources
     names = ChildNames(run.name)
     attempt_label = {LABEL_ATTEMPT: str(attempt)}
-    pod_labels = {**run_labels(run, "driver"), **attempt_label, ROLE_LABEL: ROLE_DRIVER}
+    pod_labels = {**run_labels(run, "driver"), **attempt_label, LABEL_ROLE: ROLE_DRIVER}
     amounts = {"cpu": r.driver.cpu, "memory": r.driver.memory}
     stop_wait = job_stop_wait_env(r.termination_grace_period_seconds)
     container: dict[str, Any] = {

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpo_operator.api.constants import KUEUE_QUEUE_LABEL
+from grpo_operator.api.constants import (
+    KUEUE_QUEUE_LABEL,
+    LABEL_ROLE,
+    ROLE_RAY_HEAD,
+    ROLE_RAY_WORKER,
+)
 from grpo_operator.api.ray_job import job_stop_wait_env
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.children.meta import (
@@ -47,6 +52,7 @@ def _pod_template(
     resources: dict[str, Any],
     *,
     gpu_pool: bool,
+    role: str,
 ) -> dict[str, Any]:
     r = spec.resources
     pod: dict[str, Any] = {
@@ -78,7 +84,7 @@ def _pod_template(
         pod["affinity"] = r.affinity
     if gpu_pool and r.node_selector:
         pod["nodeSelector"] = dict(r.node_selector)
-    return {"metadata": {"labels": {}}, "spec": pod}
+    return {"metadata": {"labels": {LABEL_ROLE: role}}, "spec": pod}
 
 
 def ray_cluster(spec: GRPORunSpec, run: RunRef) -> dict[str, Any]:
@@ -100,7 +106,8 @@ def ray_cluster(spec: GRPORunSpec, run: RunRef) -> dict[str, Any]:
                 # The head schedules no training work: learners and engines go to workers.
                 "rayStartParams": {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"},
                 "template": _pod_template(
-                    spec, run, "ray-head", _resources(r.head.cpu, r.head.memory), gpu_pool=False
+                    spec, run, "ray-head", _resources(r.head.cpu, r.head.memory), gpu_pool=False,
+                    role=ROLE_RAY_HEAD,
                 ),
             },
             "workerGroupSpecs": [
@@ -116,6 +123,7 @@ def ray_cluster(spec: GRPORunSpec, run: RunRef) -> dict[str, Any]:
                         "ray-worker",
                         _resources(r.worker.cpu, r.worker.memory, worker_extra),
                         gpu_pool=True,
+                        role=ROLE_RAY_WORKER,
                     ),
                 }
             ],

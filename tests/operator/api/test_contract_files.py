@@ -191,6 +191,8 @@ def test_exit_codes_are_below_128_and_distinct():
         (ExitCode.BUDGET_EXHAUSTED, False, Outcome.FAILED, Reason.BUDGET_EXHAUSTED),
         (ExitCode.SUSPENDED, False, None, Reason.SUSPENDED),
         (ExitCode.RETRYABLE_FAILURE, True, None, Reason.RETRYABLE_FAILURE),
+        (ExitCode.WEIGHT_SYNC_INCOMPLETE, False, Outcome.FAILED, Reason.WEIGHT_SYNC_INCOMPLETE),
+        (ExitCode.WEIGHT_SYNC_MISMATCH, True, None, Reason.WEIGHT_SYNC_MISMATCH),
         (1, True, None, Reason.UNEXPECTED_EXIT),
         (137, True, None, Reason.KILLED),
         (None, True, None, Reason.POD_VANISHED),

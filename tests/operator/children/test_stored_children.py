@@ -11,11 +11,19 @@ import pytest
 import yaml
 from kubernetes import client, dynamic
 
-from grpo_operator.api.constants import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from grpo_operator.api.constants import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    LABEL_ROLE,
+    PLURAL,
+    ROLE_DRIVER,
+    VERSION,
+)
 from grpo_operator.api.run_config import ResumeMode, RunConfig
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.children import configmaps, identity
-from grpo_operator.children.driver_job import ROLE_DRIVER, ROLE_LABEL, driver_job
+from grpo_operator.children.driver_job import driver_job
 from grpo_operator.children.meta import RunRef
 from grpo_operator.children.raycluster import ray_cluster
 from grpo_operator.naming import ChildNames
@@ -133,9 +141,9 @@ def test_driver_job_fails_fast_on_non_retryable_codes(stored):
     assert job["spec"]["backoffLimit"] == 0
     (rule,) = job["spec"]["podFailurePolicy"]["rules"]
     assert rule["action"] == "FailJob"
-    assert rule["onExitCodes"]["values"] == [10, 11, 12]
+    assert rule["onExitCodes"]["values"] == [10, 11, 12, 15]
     pod = job["spec"]["template"]
-    assert pod["metadata"]["labels"][ROLE_LABEL] == ROLE_DRIVER
+    assert pod["metadata"]["labels"][LABEL_ROLE] == ROLE_DRIVER
     assert pod["spec"]["serviceAccountName"] == f"{run.name}-trainer"
     assert pod["spec"]["terminationGracePeriodSeconds"] == 330
 

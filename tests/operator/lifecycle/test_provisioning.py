@@ -96,4 +96,5 @@ def test_deleting_a_running_run_takes_its_driver_and_cluster(cluster, runs, tmp_
     wait_for(lambda: runs.children(name) == {}, 90, what="garbage collection")
     wait_for(lambda: not runs.core.list_namespaced_pod(runs.namespace).items, 90,
              what="every pod of the run to go")
-    wait_for(lambda: len(cluster.ray_heads) == 0, 60, what="the local Ray head to stop")
+    wait_for(lambda: not cluster.ray_pods.nodes(runs.namespace, name), 60,
+             what="the run's Ray nodes to stop")

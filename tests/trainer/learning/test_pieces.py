@@ -84,10 +84,26 @@ def test_placement_plans():
     cpu = plan_placement("colocated", 1, workers=2, gpus_per_worker=0)
     assert len(cpu.learners) == 2 and len(cpu.engines) == 1 and not cpu.use_gpu
     assert sum(b["CPU"] for b in cpu.bundles) <= 2  # fits a 2-core machine
+    # Colocated: rank 0 shares pod 0 with the engine, rank 1 has pod 1.
+    assert cpu.pod_of(cpu.engines[0].actor) == 0
+    assert [cpu.pod_of(s) for s in cpu.learners] == [0, 1]
+
+    cpu_split = plan_placement("split", 1, workers=3, gpus_per_worker=0)
+    assert cpu_split.pod_of(cpu_split.engines[0].actor) == 0
+    assert [cpu_split.pod_of(s) for s in cpu_split.learners] == [1, 2]
+    one_pod = plan_placement("split", 1, workers=1, gpus_per_worker=0)
+    assert one_pod.pods == 1 and len(one_pod.learners) == 1
 
     colocated = plan_placement("colocated", 2, workers=2, gpus_per_worker=2)
     assert colocated.colocated and len(colocated.learners) == 4 and len(colocated.engines) == 2
     assert colocated.engines[1].worker_bundles == (2, 3)
+    assert colocated.bundle_pods == (0, 0, 1, 1)  # each pod its ranks and its engine
+    with pytest.raises(ValueError, match="on one pod"):
+        plan_placement("colocated", 4, workers=2, gpus_per_worker=2)
+
+    two_pods = plan_placement("split", 1, workers=2, gpus_per_worker=4)
+    assert {two_pods.pod_of(e.actor) for e in two_pods.engines} == {0}
+    assert {two_pods.pod_of(s) for s in two_pods.learners} == {1}
 
     split = plan_placement("split", 2, workers=1, gpus_per_worker=8)
     assert not split.colocated and len(split.engines) == 2

@@ -1,16 +1,20 @@
-"""A real local Ray head (``ray start --head --block``) for tests and the demo.
+"""Real local Ray nodes (``ray start --block``): a head, and workers that join it.
 
-Token authentication is on, with a token generated here and written to the head's own directory
-(``RAY_AUTH_MODE=token`` + ``RAY_AUTH_TOKEN_PATH``; Ray 2.60's ``ray start`` reads the token
-from that file and never creates ``~/.ray/auth_token`` when it is given one). Every port is
-chosen here, so several heads can run side by side on different loopback addresses
-(127.0.0.1, 127.0.0.2, ...; Linux routes all of 127/8 to ``lo``).
+Token authentication is on, with a token generated here (or the cluster's) written to the
+node's own directory (``RAY_AUTH_MODE=token`` + ``RAY_AUTH_TOKEN_PATH``; Ray 2.60's ``ray
+start`` reads the token from that file and never creates ``~/.ray/auth_token`` when it is given
+one). Every port is chosen here, so several nodes can run side by side on different loopback
+addresses (127.0.0.1, 127.0.1.2, ...; Linux routes all of 127/8 to ``lo``).
 
-Lifetime: the head runs in its own session; if the process that started it dies, the head gets
+A node started with a ``Sandbox`` runs like a pod's container: in private mount and UTS
+namespaces with its own hostname, its own ``/etc/hosts``, its own tmpfs ``/dev/shm`` and its
+own ``/tmp`` (see ``mountns``); Ray's temp dir and the token then live in that ``/tmp``.
+
+Lifetime: the node runs in its own session; if the process that started it dies, the node gets
 SIGTERM (``PR_SET_PDEATHSIG``) and tears itself down. ``stop()`` asks ``ray start`` to shut its
 node down, then kills what is left: its process group, every process that was in its process
 tree when the stop began (job entrypoints run in sessions of their own and outlive a killed
-group), and every process still carrying this head's marker in its environment. ``ray stop`` is
+group), and every process still carrying this node's marker in its environment. ``ray stop`` is
 not used: it stops every Ray node on the machine, not just this one.
 
 Ray quirk: a node IP of exactly 127.0.0.1 is replaced by the machine's outbound address
@@ -47,18 +51,20 @@ DEFAULT_JOB_STOP_WAIT_S = 30
 # port-0 bind nor an outgoing connection takes one of them between choice and use.
 _PORT_RANGE = (20000, 32000)
 _WORKER_PORTS = 64
-_MARKER_ENV = "GRPO_LOCAL_RAY_HEAD"
-# Env the head must not inherit: a token or address of some other cluster would win over ours.
+_MARKER_ENV = "GRPO_LOCAL_RAY_NODE"
+# Env a node must not inherit: a token or address of some other cluster would win over ours.
 _SCRUBBED_ENV = ("RAY_AUTH_TOKEN", "RAY_ADDRESS", "RAY_NODE_IP_ADDRESS")
+# Ray refuses an object store below 75 MiB.
+_MIN_OBJECT_STORE = 80 * 1024**2
 
-# Run by the head's launcher before exec'ing `ray start`: die-with-parent as SIGTERM (so that
+# Run by the node's launcher before exec'ing `ray start`: die-with-parent as SIGTERM (so that
 # `ray start --block` shuts its node down cleanly instead of orphaning its agents), and drop
 # the scrubbed variables (Supervisor.start only adds to the environment).
 _PRELUDE = """
 import ctypes, os, signal, sys
 ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 if os.getppid() != int(sys.argv[1]):
-    sys.exit("ray head launcher: parent already gone")
+    sys.exit("ray node launcher: parent already gone")
 for name in sys.argv[2].split(","):
     os.environ.pop(name, None)
 os.execv(sys.argv[3], sys.argv[3:])
@@ -66,36 +72,64 @@ os.execv(sys.argv[3], sys.argv[3:])
 
 
 class LeftoverProcessesError(RuntimeError):
-    """Some of the head's processes survived stop()."""
+    """Some of the node's processes survived stop()."""
+
+
+@dataclass(frozen=True)
+class NodeResources:
+    """What a node offers Ray's scheduler (``ray start --num-cpus ...``)."""
+
+    num_cpus: float = 1
+    num_gpus: float = 0
+    memory_bytes: int | None = None
+    custom: dict[str, float] = field(default_factory=dict)
+    object_store_bytes: int = 256 * 1024**2
+
+    def flags(self) -> list[str]:
+        flags = [f"--num-cpus={_number(self.num_cpus)}", f"--num-gpus={_number(self.num_gpus)}",
+                 f"--object-store-memory={max(self.object_store_bytes, _MIN_OBJECT_STORE)}"]
+        if self.memory_bytes is not None:
+            flags.append(f"--memory={self.memory_bytes}")
+        if self.custom:
+            flags.append(f"--resources={json.dumps(self.custom, sort_keys=True)}")
+        return flags
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 @dataclass
-class RayHead:
-    """A running local Ray head. Create with `RayHead.start()`; use as a context manager."""
+class RayNode:
+    """A running local Ray node. Start with ``RayNode.head()`` or ``RayNode.worker()``; use as
+    a context manager."""
 
     ip: str
-    dashboard_port: int
-    gcs_port: int
-    root: Path
-    token_file: Path
+    gcs_address: str  # the cluster's GCS, host:port (a worker's is its head's)
+    root: Path  # on this machine
+    token_file: Path  # on this machine
     env: dict[str, str]
     supervisor: Supervisor
     process: Managed
+    dashboard_port: int | None = None  # heads only
+    sandboxed: bool = False
     _stopped: bool = field(default=False, repr=False)
 
     @property
+    def is_head(self) -> bool:
+        return self.dashboard_port is not None
+
+    @property
     def address(self) -> str:
-        """The Jobs API (dashboard) address, e.g. ``http://127.0.0.1:8265``."""
+        """The Jobs API (dashboard) address of a head, e.g. ``http://127.0.0.1:8265``."""
+        if self.dashboard_port is None:
+            raise ValueError("a worker node has no Jobs API")
         return f"http://{self.ip}:{self.dashboard_port}"
 
     @property
-    def gcs_address(self) -> str:
-        return f"{self.ip}:{self.gcs_port}"
-
-    @property
     def temp_dir(self) -> Path:
-        """Ray's ``--temp-dir`` (sessions, logs, sockets)."""
-        return self.root / "t"
+        """Ray's temp dir on this machine (sessions, logs, sockets)."""
+        return self.root / "tmp" / "ray" if self.sandboxed else self.root / "t"
 
     @property
     def log(self) -> Path:
@@ -115,93 +149,154 @@ class RayHead:
         }
 
     @classmethod
-    def start(
+    def head(
         cls,
         *,
         ip: str = "127.0.0.1",
         env: dict[str, str] | None = None,
-        num_cpus: int = 1,
-        object_store_bytes: int = 256 * 1024**2,
+        resources: NodeResources | None = None,
         job_stop_wait_s: int = DEFAULT_JOB_STOP_WAIT_S,
         timeout: float = 120.0,
         root: Path | None = None,
         token: str | None = None,
         mounts: list[Mount] | None = None,
+        sandbox: mountns.Sandbox | None = None,
         dashboard_port: int | None = None,
-    ) -> RayHead:
-        """Start a head on ``ip`` and wait (bounded by ``timeout``) until its Jobs API answers.
+        wait: bool = True,
+    ) -> RayNode:
+        """Start a head on ``ip``; unless ``wait`` is false, wait (bounded by ``timeout``)
+        until its Jobs API answers (``ready()``).
 
-        ``env`` is added to the head's environment (job entrypoints inherit it). ``root`` holds
+        ``env`` is added to the node's environment (job entrypoints inherit it). ``root`` holds
         the token, the log and Ray's temp dir; by default a fresh short directory under /tmp
         (Ray's Unix socket paths live under it and are limited to 107 bytes), removed by
         ``stop()``. ``token`` is the cluster's auth token (default: a fresh one). ``mounts``
-        run the head — and every Ray process and job under it — in a private mount namespace
-        with those bind mounts (their targets must exist: ``mountns.Mountpoints.ensure``).
+        run the node — and every Ray process and job under it — in a private mount namespace
+        with those bind mounts (their targets must exist: ``mountns.Mountpoints.ensure``);
+        ``sandbox`` adds its own hostname, /etc/hosts, /dev/shm and /tmp.
         ``dashboard_port`` insists on that Jobs API port instead of falling back to a free one.
         """
-        root = Path(root) if root else Path(tempfile.mkdtemp(prefix="rh-", dir="/tmp"))
-        root.mkdir(parents=True, exist_ok=True)
-        token_file = root / "auth_token"
-        token_file.write_text(token or secrets.token_hex(32))
-        token_file.chmod(0o600)
         ports = _reserve_ports(ip, 9)
-        if dashboard_port is not None:
-            dashboard = dashboard_port  # a Service port that clients already know
-        else:
-            dashboard = DASHBOARD_PORT if port_free(ip, DASHBOARD_PORT) else ports.pop()
-        worker_low = _free_block(ip, _WORKER_PORTS, exclude=set(ports) | {dashboard})
-        head_env = {
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN_PATH": str(token_file),
-            "RAY_JOB_STOP_WAIT_TIME_S": str(job_stop_wait_s),
-            # Stop at once on SIGTERM instead of draining running jobs for up to 30 s.
-            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
-            "RAY_USAGE_STATS_ENABLED": "0",
-            # Job entrypoints find this virtualenv's `python` and `ray` first.
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-            **(env or {}),
-            _MARKER_ENV: str(root),
-        }
-        (gcs, agent_listen, agent_grpc, runtime_env_agent, metrics, client_server,
-         node_manager, object_manager, *_) = ports
-        argv = [
-            str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
-            f"--node-ip-address={ip}",
+        if dashboard_port is None:
+            dashboard_port = DASHBOARD_PORT if port_free(ip, DASHBOARD_PORT) else ports.pop()
+        gcs, client_server, *node_ports = ports
+        head_flags = [
+            "--head",
             f"--port={gcs}",
             "--include-dashboard=true",
             f"--dashboard-host={ip}",
-            f"--dashboard-port={dashboard}",
+            f"--dashboard-port={dashboard_port}",
+            f"--ray-client-server-port={client_server}",
+        ]
+        env = {"RAY_JOB_STOP_WAIT_TIME_S": str(job_stop_wait_s), **(env or {})}
+        node = cls._launch(ip, f"{ip}:{gcs}", head_flags, node_ports, dashboard_port,
+                           env=env, resources=resources or NodeResources(), root=root,
+                           token=token, mounts=mounts, sandbox=sandbox)
+        if wait:
+            node.wait_ready(timeout)
+        return node
+
+    @classmethod
+    def worker(
+        cls,
+        gcs_address: str,
+        token: str,
+        *,
+        ip: str,
+        env: dict[str, str] | None = None,
+        resources: NodeResources | None = None,
+        root: Path | None = None,
+        mounts: list[Mount] | None = None,
+        sandbox: mountns.Sandbox | None = None,
+    ) -> RayNode:
+        """Start a worker that joins the cluster whose GCS is ``gcs_address`` (it does not
+        wait: ``ready()`` says when the node has joined)."""
+        ports = _reserve_ports(ip, 7)
+        return cls._launch(ip, gcs_address, [f"--address={gcs_address}"], ports, None,
+                           env=env or {}, resources=resources or NodeResources(), root=root,
+                           token=token, mounts=mounts, sandbox=sandbox)
+
+    @classmethod
+    def _launch(cls, ip, gcs_address, role_flags, ports, dashboard_port, *, env, resources,
+                root, token, mounts, sandbox) -> RayNode:
+        root = Path(root) if root else Path(tempfile.mkdtemp(prefix="rn-", dir="/tmp"))
+        root.mkdir(parents=True, exist_ok=True)
+        # Paths as the node sees them: in a sandbox, its own /tmp is <root>/tmp here.
+        if sandbox is not None:
+            (root / "tmp").mkdir(exist_ok=True)
+            token_file, inner_token, inner_temp = (root / "tmp" / "ray-auth-token",
+                                                   "/tmp/ray-auth-token", "/tmp/ray")
+        else:
+            token_file = root / "auth_token"
+            inner_token, inner_temp = str(token_file), str(root / "t")
+        token_file.write_text(token or secrets.token_hex(32))
+        token_file.chmod(0o600)
+        agent_listen, agent_grpc, runtime_env_agent, metrics, node_manager, object_manager, \
+            *_ = ports
+        worker_low = _free_block(ip, _WORKER_PORTS, exclude=set(ports) | {dashboard_port})
+        node_env = {
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": inner_token,
+            # Stop at once on SIGTERM instead of draining running jobs for up to 30 s.
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            # Job entrypoints and actors find this virtualenv's `python` and `ray` first.
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            **env,
+            _MARKER_ENV: str(root),
+        }
+        argv = [
+            str(Path(sys.executable).parent / "ray"), "start", "--block",
+            *role_flags,
+            f"--node-ip-address={ip}",
             f"--dashboard-agent-listen-port={agent_listen}",
             f"--dashboard-agent-grpc-port={agent_grpc}",
             f"--runtime-env-agent-port={runtime_env_agent}",
             f"--metrics-export-port={metrics}",
-            f"--ray-client-server-port={client_server}",
             f"--node-manager-port={node_manager}",
             f"--object-manager-port={object_manager}",
             f"--min-worker-port={worker_low}",
             f"--max-worker-port={worker_low + _WORKER_PORTS - 1}",
-            f"--num-cpus={num_cpus}",
-            f"--object-store-memory={object_store_bytes}",
-            f"--temp-dir={root / 't'}",
+            *resources.flags(),
+            f"--temp-dir={inner_temp}",
             "--disable-usage-stats",
             "--log-style=record",
         ]
         launcher = [
             sys.executable, "-c", _PRELUDE, str(os.getpid()), ",".join(_SCRUBBED_ENV), *argv,
         ]
-        if mounts:
-            launcher = mountns.wrap(launcher, mounts)
-        supervisor = Supervisor(root)
-        process = supervisor.start("ray-head", launcher, env=head_env)
-        head = cls(ip, dashboard, gcs, root, token_file, head_env, supervisor, process)
+        if mounts or sandbox:
+            launcher = mountns.wrap(launcher, mounts or [], sandbox=sandbox,
+                                    private_tmp=root / "tmp" if sandbox else None)
+        supervisor = Supervisor(root / "log" if sandbox else root)
+        process = supervisor.start("ray-node", launcher, env=node_env)
+        return cls(ip, gcs_address, root, token_file, node_env, supervisor, process,
+                   dashboard_port, sandbox is not None)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until ``ready()``; fails early, with the log, if the node exits (and stops
+        what it started)."""
         try:
-            supervisor.wait_until(
-                process, head._jobs_api_ready, "answering on the Jobs API", timeout=timeout
-            )
+            self.supervisor.wait_until(self.process, self.ready, "ready", timeout=timeout)
         except BaseException:
-            head.stop(remove=False)
+            self.stop(remove=False)
             raise
-        return head
+
+    def exited(self) -> int | None:
+        """``ray start``'s exit code once it has exited (None while it runs)."""
+        return self.process.popen.poll()
+
+    def ready(self) -> bool:
+        """A head: its Jobs API answers. A worker: its head's GCS lists it as alive."""
+        if self.is_head:
+            return self._jobs_api_ready()
+        return self._joined()
+
+    def _joined(self) -> bool:
+        # The raylet logs this line from its GCS registration's callback. (session_latest is
+        # a link relative to the node's own /tmp: glob the session itself.)
+        return any(" started. Raylet consists of" in p.read_text(errors="replace")
+                   for p in self.temp_dir.glob("session_2*/logs/raylet.out"))
 
     def _jobs_api_ready(self) -> bool:
         request = urllib.request.Request(
@@ -219,8 +314,8 @@ class RayHead:
             return False
 
     def processes(self) -> dict[int, str]:
-        """Live processes of this head (pid -> command line): the ``ray start`` process tree,
-        its process group, and anything carrying this head's environment marker."""
+        """Live processes of this node (pid -> command line): the ``ray start`` process tree,
+        its process group, and anything carrying this node's environment marker."""
         leader = self.process.popen.pid
         table = _process_table()
         found = {pid for pid, info in table.items() if pid == leader or info.pgid == leader}
@@ -232,9 +327,9 @@ class RayHead:
         return {pid: table[pid].cmdline for pid in sorted(found)}
 
     def stop(self, grace: float = 20.0, *, remove: bool = True) -> None:
-        """Shut the head down and make sure none of its processes remain (bounded).
+        """Shut the node down and make sure none of its processes remain (bounded).
 
-        Raises LeftoverProcessesError if some process could not be killed. Removes the head's
+        Raises LeftoverProcessesError if some process could not be killed. Removes the node's
         directory unless ``remove`` is false.
         """
         if self._stopped:
@@ -260,7 +355,7 @@ class RayHead:
                 table = _process_table()
                 described = (f"{pid} {table[pid].cmdline[:120]}" for pid in alive if pid in table)
                 raise LeftoverProcessesError(
-                    "processes of the Ray head survived stop(): " + "; ".join(described)
+                    "processes of the Ray node survived stop(): " + "; ".join(described)
                 )
             for pid in alive:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -269,7 +364,7 @@ class RayHead:
         if remove:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> RayHead:
+    def __enter__(self) -> RayNode:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,0 +1,201 @@
+"""Each pod of a RayCluster is its own Ray node: the head pod runs `ray start --head`, every
+worker pod `ray start --address`, each with its own hostname, IP, /dev/shm and /tmp, its pod's
+mounts and the resources KubeRay gave it. A driver pod reaches the head through the head
+Service's name with the cluster's token; a deleted worker pod takes its node with it and the
+pod KubeRay makes instead joins the same cluster."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+from kubernetes import client
+
+from grpo_operator.api.constants import LABEL_ROLE, ROLE_DRIVER, ROLE_RAY_HEAD, ROLE_RAY_WORKER
+from localcluster.ray_pods import node_resources, quantity, ray_start_command
+from tests.cluster.test_kuberay import raycluster
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+# The job: one 1-CPU task per worker node; each writes a file into its own /dev/shm and /tmp
+# and reports what it sees, and whether the other node's file is visible.
+JOB = textwrap.dedent("""
+    import json, os, socket, time, ray
+    ray.init()
+    @ray.remote(num_cpus=1)
+    class Probe:
+        def where(self):
+            open("/dev/shm/mine", "w").write(socket.gethostname())
+            open("/tmp/mine", "w").write(socket.gethostname())
+            return {"host": socket.gethostname(), "node": ray.get_runtime_context().get_node_id(),
+                    "ip": ray.util.get_node_ip_address()}
+        def sees(self):
+            return {"shm": open("/dev/shm/mine").read(), "tmp": open("/tmp/mine").read(),
+                    "data": os.path.exists("/data/greeting")}
+    probes = [Probe.options(scheduling_strategy="SPREAD").remote() for _ in range(2)]
+    where = ray.get([p.where.remote() for p in probes])
+    sees = ray.get([p.sees.remote() for p in probes])
+    nodes = [{"ip": n["NodeManagerAddress"], "cpus": n["Resources"].get("CPU", 0),
+              "head": "node:__internal_head__" in n["Resources"]}
+             for n in ray.nodes() if n["Alive"]]
+    print("RESULT " + json.dumps({"where": where, "sees": sees, "nodes": nodes,
+                                  "head_data": open("/data/greeting").read()}))
+""")
+
+DRIVER = textwrap.dedent("""
+    import os, pathlib, shlex, time
+    from ray.job_submission import JobSubmissionClient, JobStatus
+    client = JobSubmissionClient(os.environ["RAY_ADDRESS"])
+    sid = client.submit_job(entrypoint="python -c " + shlex.quote(os.environ["JOB"]))
+    while client.get_job_status(sid) not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+        time.sleep(0.5)
+    pathlib.Path("/out/logs").write_text(client.get_job_logs(sid))
+""")
+
+
+def _labelled_cluster(data) -> dict:
+    rc = raycluster("rc", 0, 2)
+    spec = rc["spec"]
+    spec["authOptions"] = {"mode": "token", "secretName": "rc-auth"}
+    spec["headGroupSpec"]["rayStartParams"] = {"num-cpus": "0"}
+    head = spec["headGroupSpec"]["template"]
+    head["metadata"] = {"labels": {LABEL_ROLE: ROLE_RAY_HEAD}}
+    head["spec"]["volumes"] = [{"name": "data", "hostPath": {"path": str(data)}}]
+    head["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "data", "mountPath": "/data", "readOnly": True}]
+    worker = spec["workerGroupSpecs"][0]["template"]
+    worker["metadata"] = {"labels": {LABEL_ROLE: ROLE_RAY_WORKER}}
+    worker["spec"]["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory",
+                                                               "sizeLimit": "300Mi"}}]
+    worker["spec"]["containers"][0]["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    return rc
+
+
+def _ready_pods(core, namespace) -> list:
+    pods = core.list_namespaced_pod(namespace, label_selector="ray.io/cluster=rc").items
+    return [p for p in pods if p.metadata.deletion_timestamp is None and any(
+        c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+
+
+def test_every_ray_pod_is_its_own_node_and_a_driver_reaches_the_head(
+    cluster, k8s_api, namespace, tmp_path
+):
+    core = client.CoreV1Api(k8s_api)
+    custom = client.CustomObjectsApi(k8s_api)
+    data, out = tmp_path / "data", tmp_path / "out"
+    data.mkdir()
+    out.mkdir()
+    (data / "greeting").write_text("hello from the head's /data\n")
+    core.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="rc-auth"), string_data={"auth_token": "s3cret-tok"}))
+    custom.create_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters",
+                                           _labelled_cluster(data))
+    pods = wait_for(lambda: len(_ready_pods(core, namespace)) == 3 and _ready_pods(
+        core, namespace), 180, what="the head and two worker pods Ready")
+    ips = {p.metadata.name: p.status.pod_ip for p in pods}
+    assert len(set(ips.values())) == 3, ips
+    assert len(cluster.ray_pods.nodes(namespace, "rc")) == 3
+
+    address = f"http://rc-head-svc.{namespace}.svc.cluster.local:8265"
+    core.create_namespaced_pod(namespace, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="driver", labels={LABEL_ROLE: ROLE_DRIVER}),
+        spec=client.V1PodSpec(
+            restart_policy="Never",
+            containers=[client.V1Container(
+                name="driver", image="trainer", command=["python", "-c", DRIVER],
+                env=[client.V1EnvVar(name="RAY_ADDRESS", value=address),
+                     client.V1EnvVar(name="RAY_AUTH_MODE", value="token"),
+                     client.V1EnvVar(name="RAY_AUTH_TOKEN_PATH",
+                                     value="/var/run/secrets/ray-auth/auth_token"),
+                     client.V1EnvVar(name="JOB", value=JOB)],
+                volume_mounts=[
+                    client.V1VolumeMount(name="auth", mount_path="/var/run/secrets/ray-auth",
+                                         read_only=True),
+                    client.V1VolumeMount(name="out", mount_path="/out")],
+            )],
+            volumes=[
+                client.V1Volume(name="auth", secret=client.V1SecretVolumeSource(
+                    secret_name="rc-auth")),
+                client.V1Volume(name="out", host_path=client.V1HostPathVolumeSource(
+                    path=str(out)))],
+        ),
+    ))
+
+    def finished():
+        pod = core.read_namespaced_pod("driver", namespace)
+        return pod.status.phase in ("Succeeded", "Failed") and pod
+
+    pod = wait_for(finished, 180, what="the driver to finish")
+    log = cluster.driver_runner.process_log(namespace, "driver")
+    assert pod.status.phase == "Succeeded", log.read_text()[-3000:]
+    logs = (out / "logs").read_text()
+    line = next((x for x in logs.splitlines() if x.startswith("RESULT ")), None)
+    assert line, logs[-3000:]
+    result = json.loads(line[len("RESULT "):])
+
+    # Two workers with KubeRay's CPUs (the container's limit), a head with none.
+    assert sorted((n["head"], n["cpus"]) for n in result["nodes"]) == [
+        (False, 1.0), (False, 1.0), (True, 0.0)]
+    where, sees = result["where"], result["sees"]
+    workers = {n for n, p in ips.items() if "worker" in n}
+    assert {w["host"] for w in where} == workers  # one task per worker pod, named as the pod
+    assert {w["ip"] for w in where} == {ips[n] for n in workers}
+    assert len({w["node"] for w in where}) == 2
+    # Each node's /dev/shm and /tmp are its own: a file one wrote is not the other's.
+    for w, s in zip(where, sees, strict=True):
+        assert s["shm"] == w["host"] and s["tmp"] == w["host"]
+        assert not s["data"]  # /data is the head pod's volume, not the workers'
+    assert result["head_data"] == "hello from the head's /data\n"
+
+
+def test_a_deleted_worker_pod_takes_its_node_and_its_replacement_joins(
+    cluster, k8s_api, namespace, tmp_path
+):
+    core = client.CoreV1Api(k8s_api)
+    custom = client.CustomObjectsApi(k8s_api)
+    core.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="rc-auth"), string_data={"auth_token": "t0k"}))
+    custom.create_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters",
+                                           _labelled_cluster(tmp_path))
+    pods = wait_for(lambda: len(_ready_pods(core, namespace)) == 3 and _ready_pods(
+        core, namespace), 180, what="the head and two worker pods Ready")
+    victim = next(p for p in pods if "worker" in p.metadata.name)
+    old_node = cluster.ray_pods.nodes(namespace, "rc")[victim.metadata.name]
+    core.delete_namespaced_pod(victim.metadata.name, namespace)
+    wait_for(lambda: old_node.exited() is not None, 60, what="the worker's Ray node to stop")
+
+    def replaced():
+        ready = _ready_pods(core, namespace)
+        names = {p.metadata.name for p in ready}
+        return len(ready) == 3 and victim.metadata.name not in names and names
+    names = wait_for(replaced, 180, what="KubeRay's replacement worker to join")
+    nodes = cluster.ray_pods.nodes(namespace, "rc")
+    assert set(nodes) == names
+    head = next(n for n in nodes.values() if n.is_head)
+    assert all(n.gcs_address == head.gcs_address for n in nodes.values())
+
+    custom.delete_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", "rc")
+    wait_for(lambda: not cluster.ray_pods.nodes(namespace, "rc"), 90,
+             what="every node of the cluster to stop")
+    assert all(n.exited() is not None for n in nodes.values())
+
+
+def test_node_resources_follow_kuberays_ray_start_and_the_pods_limits():
+    container = {"resources": {"limits": {"cpu": "2", "memory": "4Gi"}},
+                 "command": ["/bin/bash", "-c", "--"],
+                 "args": ["ulimit -n 65536; ray start --address=x:6379 --block "
+                          "--memory=4294967296 --num-cpus=2 --num-gpus=1 "
+                          "--resources='{\"rdma\": 1}'"]}
+    args = ray_start_command(container, {})
+    resources, shm = node_resources(container, args, [
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}}])
+    assert (resources.num_cpus, resources.num_gpus, resources.custom) == (2, 1, {"rdma": 1})
+    assert resources.memory_bytes == 4 * 2**30
+    assert shm == 4 * 2**30  # a memory emptyDir without a sizeLimit: the memory limit
+    assert resources.object_store_bytes == int(4 * 2**30 * 0.3)
+    _, small = node_resources(container, args, [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}}])
+    assert small == 256 * 2**20
+    assert quantity("500m") == 0.5
