@@ -152,3 +152,42 @@ def test_driver_pod_sees_its_mounts_token_and_gets_sigterm_on_delete(
     assert (tmp_path / "terminated").read_text() == "checkpoint written"
     wait_for(lambda: not core.list_namespaced_pod(namespace).items, 30,
              what="the deleted pod to be removed")
+
+
+def test_a_pod_waits_for_a_configmap_that_is_not_there_yet(k8s_api, namespace, tmp_path):
+    """As a kubelet keeps such a pod in ContainerCreating and retries (the namespace's
+    kube-root-ca.crt, a run's ConfigMaps made a moment after its Job)."""
+    core = client.CoreV1Api(k8s_api)
+    core.create_namespaced_pod(namespace, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="early", labels=DRIVER_LABELS),
+        spec=client.V1PodSpec(
+            restart_policy="Never",
+            containers=[client.V1Container(
+                name="driver", image="trainer",
+                command=["python", "-c", "import shutil; "
+                         "shutil.copy('/etc/late/greeting', '/out/greeting')"],
+                volume_mounts=[client.V1VolumeMount(name="late", mount_path="/etc/late"),
+                               client.V1VolumeMount(name="out", mount_path="/out")],
+            )],
+            volumes=[
+                client.V1Volume(name="late", config_map=client.V1ConfigMapVolumeSource(
+                    name="late")),
+                client.V1Volume(name="out", host_path=client.V1HostPathVolumeSource(
+                    path=str(tmp_path))),
+            ],
+        ),
+    ))
+
+    def waiting():
+        pod = core.read_namespaced_pod("early", namespace)
+        statuses = pod.status.container_statuses or []
+        return statuses and statuses[0].state.waiting and pod
+    pod = wait_for(waiting, 60, what="the pod to wait for its ConfigMap")
+    assert pod.status.phase == "Pending"
+    assert "ConfigMap" in pod.status.container_statuses[0].state.waiting.message
+
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="late"), data={"greeting": "finally"}))
+    done = wait_for(lambda: _terminated(core, namespace, ""), 60, what="the pod to run")
+    assert done.status.phase == "Succeeded"
+    assert (tmp_path / "greeting").read_text() == "finally"
