@@ -3,7 +3,7 @@ peers measured in the same run, written to ``docs/benchmarks.md`` (and printed).
 
 Parts: ``trainer`` (step time and tokens/s against TRL, ``bench.trainer``), ``operator`` (N
 runs at once against KubeRay's RayJob controller, ``bench.operator_vs_rayjob``) and
-``recovery`` (driver killed → training resumed, per granularity, ``bench.recovery``). Each
+``recovery`` (a driver or Ray worker pod killed → training resumed, ``bench.recovery``). Each
 exposes ``sections(progress) -> list[str]``: markdown sections, progress lines as it goes.
 
     PYTHONPATH=hack .venv/bin/python -m bench --only operator --runs 50

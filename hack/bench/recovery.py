@@ -1,9 +1,12 @@
-"""Recovery: the driver killed → training resumed, per recovery granularity.
+"""Recovery: a pod lost → training resumed, per recovery granularity, and for a Ray worker pod.
 
 The mechanism of ``make demo DEMO=recovery`` (``demo.driving``): the tiny example made long
 enough to interrupt, its first driver pod deleted (as a node drain would) once the trainer has
-checkpointed step ``KILL_AFTER_STEPS``, on the local cluster with the real trainer, a real
-local Ray head and the operator. Each run goes on to its end. Read afterwards from the
+checkpointed step ``KILL_AFTER_STEPS``, on the local cluster with the real trainer, real local
+Ray nodes and the operator — once per granularity; and once more on two Ray worker pods
+(``DEMO=multinode``'s run) with a worker pod deleted instead, which KubeRay replaces while the
+operator starts the next attempt on the same RayCluster. Each run goes on to its end. Read
+afterwards from the
 trainer's reports (each stamped by the trainer's clock, in whole seconds) in the drivers' logs
 and from the second attempt's driver Job:
 
@@ -29,13 +32,22 @@ from kubernetes import client
 from bench import report
 from bench.tables import markdown_table
 from demo import inputs
-from demo.driving import KILL_AFTER_STEPS, apply_and_follow, for_recovery
+from demo.driving import (
+    KILL_AFTER_STEPS,
+    apply_and_follow,
+    driver_pods,
+    for_multinode,
+    for_recovery,
+    worker_pods,
+)
 from grpo_operator.naming import ChildNames
 from grpo_trainer.reporting import parse_report_line
 from localcluster import LocalCluster
 from localcluster.operator_process import OperatorProcess
 
 GRANULARITIES = ("sibling", "promptGroup")
+# (what is lost, recoveryGranularity): the driver under each granularity, then a worker pod.
+SCENARIOS = (*(("driver pod", g) for g in GRANULARITIES), ("Ray worker pod", "sibling"))
 RUN_TIMEOUT = 900
 CRD = inputs.REPO / "crds" / "grporuns.grpo.dev.yaml"
 
@@ -58,6 +70,7 @@ def _steps(doc: dict) -> int:
 
 @dataclass(frozen=True)
 class Recovery:
+    lost: str  # the pod deleted
     granularity: str
     phase: str
     checkpoint_step: int  # the newest checkpoint when the driver was deleted
@@ -74,8 +87,9 @@ class Recovery:
         return None if self.resumed_from is None else self.steps_done - self.resumed_from
 
 
-def recovery(granularity: str, killed_at: float, checkpoint_step: int, first: list[dict],
-             second: list[dict], second_job_created: float | None, status: dict) -> Recovery:
+def recovery(lost: str, granularity: str, killed_at: float, checkpoint_step: int,
+             first: list[dict], second: list[dict], second_job_created: float | None,
+             status: dict) -> Recovery:
     """The recovery from a deletion at ``killed_at`` (Unix seconds), from the reports of
     attempts 1 and 2 and the creation of attempt 2's driver Job."""
     restored = next((doc for doc in second
@@ -87,6 +101,7 @@ def recovery(granularity: str, killed_at: float, checkpoint_step: int, first: li
         return None if at is None else at - killed_at
 
     return Recovery(
+        lost=lost,
         granularity=granularity,
         phase=status.get("phase", "?"),
         checkpoint_step=checkpoint_step,
@@ -100,9 +115,13 @@ def recovery(granularity: str, killed_at: float, checkpoint_step: int, first: li
     )
 
 
-def _interrupted_run(granularity: str, work: Path) -> dict:
-    body = inputs.relocate(for_recovery(inputs.load_example()), work / granularity)
-    body["metadata"]["name"] = f"recovery-{granularity.lower()}"
+def _interrupted_run(lost: str, granularity: str, work: Path) -> dict:
+    body = for_recovery(inputs.load_example())
+    name = f"recovery-{granularity.lower()}"
+    if lost != "driver pod":
+        body, name = for_multinode(body), "recovery-worker"
+    body = inputs.relocate(body, work / name)
+    body["metadata"]["name"] = name
     body["spec"]["runPolicy"]["recoveryGranularity"] = granularity
     return body
 
@@ -113,9 +132,9 @@ def _created(api: client.ApiClient, namespace: str, job: str) -> float | None:
     return found[0].metadata.creation_timestamp.timestamp() if found else None
 
 
-def measure(granularities: tuple[str, ...], progress: Callable[[str], None],
+def measure(scenarios: tuple[tuple[str, str], ...], progress: Callable[[str], None],
             namespace: str = "default") -> list[Recovery]:
-    """One interrupted run per granularity, one after the other, on one local cluster."""
+    """One interrupted run per scenario, one after the other, on one local cluster."""
     work = Path(tempfile.mkdtemp(prefix="grpo-bench-recovery-"))
     results = []
     progress("recovery: starting a local cluster and the operator")
@@ -125,22 +144,23 @@ def measure(granularities: tuple[str, ...], progress: Callable[[str], None],
             api = cluster.api_client()
             try:
                 with OperatorProcess(cluster, cluster.root / "operator.log"):
-                    for granularity in granularities:
-                        body = _interrupted_run(granularity, work)
+                    for lost, granularity in scenarios:
+                        body = _interrupted_run(lost, granularity, work)
                         inputs.prepare(body)
                         status, _, killer = apply_and_follow(
                             cluster, body, RUN_TIMEOUT, namespace,
                             kill_driver_after=KILL_AFTER_STEPS,
-                            out=lambda line: progress(f"  {line}"))
+                            out=lambda line: progress(f"  {line}"),
+                            kill=driver_pods if lost == "driver pod" else worker_pods)
                         name = body["metadata"]["name"]
                         if killer.killed_at is None:
-                            raise RuntimeError(f"{name}: the driver was never deleted "
+                            raise RuntimeError(f"{name}: the {lost} was never deleted "
                                                f"(phase {status.get('phase')})")
                         logs = [reports_in(cluster.driver_runner.job_log(
                             namespace, ChildNames(name).driver_job(attempt)))
                             for attempt in (1, 2)]
                         results.append(recovery(
-                            granularity, killer.killed_at, killer.checkpoint_step, *logs,
+                            lost, granularity, killer.killed_at, killer.checkpoint_step, *logs,
                             _created(api, namespace, ChildNames(name).driver_job(2)), status))
             finally:
                 api.close()
@@ -150,22 +170,25 @@ def measure(granularities: tuple[str, ...], progress: Callable[[str], None],
 
 
 def section(results: list[Recovery]) -> str:
-    rows = [[r.granularity, r.phase, r.checkpoint_step, r.steps_done, r.resumed_from,
+    rows = [[r.lost, r.granularity, r.phase, r.checkpoint_step, r.steps_done, r.resumed_from,
              r.steps_lost, report.number(r.new_driver_seconds),
              report.number(r.restored_seconds), report.number(r.resumed_seconds),
              r.reused_groups, r.abandoned_attempts]
             for r in results]
-    header = ["recoveryGranularity", "outcome", "checkpoint at kill", "steps done by attempt 1",
+    header = ["pod lost", "recoveryGranularity", "outcome", "checkpoint at kill", "steps done by attempt 1",
               "resumed from step", "steps lost", "kill → new driver Job (s)",
               "kill → trainer restored (s)", "kill → training resumed (s)", "reused groups",
               "abandoned attempts"]
     return "\n\n".join([
         "## Recovery",
         "`make demo DEMO=recovery`'s mechanism, once per `runPolicy.recoveryGranularity`: the "
-        "tiny example on the CPU (real trainer, local Ray head, operator, KubeRay), its first "
+        "tiny example on the CPU (real trainer, local Ray nodes, operator, KubeRay), its first "
         f"driver pod deleted once the trainer has checkpointed step {KILL_AFTER_STEPS}. The "
         "deletion is graceful, as a drain's: the driver stops the Ray job and the trainer may "
-        "checkpoint on SIGTERM. From the deletion: the operator's driver Job for attempt 2, the "
+        "checkpoint on SIGTERM. Then the same on two Ray worker pods (`DEMO=multinode`'s run) "
+        "with a worker pod deleted instead: its actors die with its Ray node, attempt 1 fails "
+        "retryably and attempt 2 runs on the same RayCluster once KubeRay's replacement pod "
+        "has joined. From the deletion: the operator's driver Job for attempt 2, the "
         "trainer restored from the checkpoint (attempt 2's Starting report naming the step), "
         "training resumed (attempt 2's first Running report: its first step done); the "
         "trainer stamps its reports in whole seconds. Steps lost: steps attempt 1 had done when "
@@ -177,5 +200,5 @@ def section(results: list[Recovery]) -> str:
 
 
 def sections(progress: Callable[[str], None],
-             granularities: tuple[str, ...] = GRANULARITIES) -> list[str]:
-    return [section(measure(granularities, progress))]
+             scenarios: tuple[tuple[str, str], ...] = SCENARIOS) -> list[str]:
+    return [section(measure(scenarios, progress))]

@@ -1,6 +1,9 @@
 """``python -m demo`` (``make demo``): start the local cluster with KubeRay and the operator,
 apply ``examples/tiny-cpu.yaml``, follow the run to its end while the real trainer trains a
 tiny model on the CPU, print the final status and a reward/KL curve, stop everything.
+``--mode recovery`` deletes the driver pod after a checkpoint; ``--mode multinode`` runs the
+example on two Ray worker pods (engine on one, learner on the other) and shows where each
+actor ran.
 
 Everything is kept under ``.demo/`` (the cluster's logs, the operator's log, the curve), so a
 failed demo can be looked into afterwards.
@@ -14,7 +17,7 @@ import sys
 from pathlib import Path
 
 from demo import inputs, watch
-from demo.driving import KILL_AFTER_STEPS, apply_and_follow, for_recovery
+from demo.driving import KILL_AFTER_STEPS, apply_and_follow, for_multinode, for_recovery
 from localcluster import LocalCluster
 from localcluster.operator_process import OperatorProcess
 
@@ -28,7 +31,10 @@ def run(cluster: LocalCluster, run_body: dict, work: Path, timeout: float,
     name = run_body["metadata"]["name"]
     print(f"preparing the tiny model and dataset in {inputs.host_dirs(run_body)['model'].parent}")
     inputs.prepare(run_body)
-    status, curve, _ = apply_and_follow(cluster, run_body, timeout, namespace, kill_driver_after)
+    pods: dict[str, str] = {}  # Ray pod IP -> name, as seen while the run goes
+    status, curve, _ = apply_and_follow(cluster, run_body, timeout, namespace, kill_driver_after,
+                                        on_status=lambda _: pods.update(
+                                            watch.ray_pods(cluster, namespace, name)))
     print("\nfinal status:\n" + watch.final_report(status))
     attempts = (status.get("recovery") or {}).get("attempt") or 1
     logs = [cluster.driver_runner.job_log(namespace, f"{name}-a{a}")
@@ -44,6 +50,9 @@ def run(cluster: LocalCluster, run_body: dict, work: Path, timeout: float,
               f"{driver_logs}\n  operator log: {work / 'operator.log'}\n"
               f"  cluster logs: {cluster.root / 'logs'}", file=sys.stderr)
         return 1
+    placement = next((watch.placement_from_log(log) for log in reversed(logs) if log), None)
+    if placement and len(pods) > 1:
+        print(watch.describe_placement(placement, pods))
     if attempts > 1:
         recovery = status["recovery"]
         print(f"recovered: {attempts} attempts ("
@@ -58,9 +67,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="demo")
     parser.add_argument("--timeout", type=float, default=900,
                         help="seconds to wait for the run (default: %(default)s)")
-    parser.add_argument("--mode", choices=["run", "recovery"], default="run",
+    parser.add_argument("--mode", choices=["run", "recovery", "multinode"], default="run",
                         help="recovery: delete the driver pod after step 2 and watch the run "
-                        "resume from its checkpoint on the same RayCluster")
+                        "resume from its checkpoint on the same RayCluster; multinode: two "
+                        "Ray worker pods, the engine on one and the learner on the other")
     args = parser.parse_args()
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
@@ -76,6 +86,8 @@ def main() -> int:
             if args.mode == "recovery":
                 return run(cluster, for_recovery(example), WORK, args.timeout,
                            kill_driver_after=KILL_AFTER_STEPS)
+            if args.mode == "multinode":
+                return run(cluster, for_multinode(example), WORK, args.timeout)
             return run(cluster, example, WORK, args.timeout)
     finally:
         print("stopping the local cluster")

@@ -3,6 +3,8 @@ a progress line per change, the final status, and a reward/KL curve (PNG + text)
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,3 +144,35 @@ def _plot(curve: Curve, steps: list[int], path: Path) -> None:
 def _scale(lo: float, hi: float, a: float, b: float):
     span = (hi - lo) or 1.0
     return lambda v: a + (v - lo) / span * (b - a)
+
+
+# --- where the actors ran (DEMO=multinode) ------------------------------------------------------
+
+_PLACEMENT = re.compile(r"placement (\w+): (\{.*\})\s*$")
+
+
+def ray_pods(cluster, namespace: str, name: str) -> dict[str, str]:
+    """IP -> name of the run's Ray pods that have one (its cluster's pods, for the summary)."""
+    pods = client.CoreV1Api(cluster._admin).list_namespaced_pod(
+        namespace, label_selector=f"ray.io/cluster={name}").items
+    return {p.status.pod_ip: p.metadata.name for p in pods if p.status.pod_ip}
+
+
+def placement_from_log(log: Path) -> tuple[str, dict] | None:
+    """The trainer's ``placement <mode>: {...}`` line (``grpo_trainer.run``), if logged."""
+    for line in reversed(log.read_text(errors="replace").splitlines()):
+        found = _PLACEMENT.search(line)
+        if found:
+            return found[1], json.loads(found[2])
+    return None
+
+
+def describe_placement(placement: tuple[str, dict], pods: dict[str, str]) -> str:
+    mode, where = placement
+    lines = [f"placement ({mode}), from Ray's placement group table:"]
+    for role, slots in (("engine", where["engines"]), ("learner rank", where["learners"])):
+        for i, slot in enumerate(slots):
+            pod = pods.get(slot["address"], "?")
+            lines.append(f"  {role} {i}: pod {pod} ({slot['address']}, Ray node "
+                         f"{slot['node'][:12]})")
+    return "\n".join(lines)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import logging
 import signal
 import threading
@@ -298,8 +299,8 @@ class PodProcess:
                 return
             running = {"running": {"startedAt": started}}
             self._status(running, "Running", ready=False, started=started)
-            code = self._wait(lambda: self._status(running, "Running", ready=True,
-                                                   started=started))
+            code = self._wait(functools.partial(self._status, running, "Running", ready=True,
+                                                started=started))
             self.cleanup()
             terminated = {"terminated": {
                 "exitCode": code,
@@ -338,8 +339,10 @@ class PodProcess:
                 if waiting_since is None:
                     waiting_since = time.monotonic()
                     log.info("pod %s/%s waits for its inputs: %s", self.namespace, self.name, e)
+                    # A restarted container's pod stays Running (a phase never goes back).
                     self._status({"waiting": {"reason": "ContainerCreating", "message": str(e)}},
-                                 "Pending", ready=False, started=None)
+                                 "Running" if self.restarts else "Pending", ready=False,
+                                 started=None)
                 self._wake.wait(_INPUT_RETRY_S)
                 self._wake.clear()
 

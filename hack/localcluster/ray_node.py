@@ -282,6 +282,13 @@ class RayNode:
             self.stop(remove=False)
             raise
 
+    def shm(self) -> tuple[int, list[str]]:
+        """(bytes used, file names) of the node's /dev/shm as its processes see it (through
+        ``/proc/<pid>/root``, which resolves in the node's mount namespace)."""
+        shm = Path(f"/proc/{self.process.popen.pid}/root/dev/shm")
+        stat = os.statvfs(shm)
+        return (stat.f_blocks - stat.f_bfree) * stat.f_frsize, sorted(os.listdir(shm))
+
     def exited(self) -> int | None:
         """``ray start``'s exit code once it has exited (None while it runs)."""
         return self.process.popen.poll()
