@@ -175,8 +175,9 @@ def section(results: list[Recovery]) -> str:
              report.number(r.restored_seconds), report.number(r.resumed_seconds),
              r.reused_groups, r.abandoned_attempts]
             for r in results]
-    header = ["pod lost", "recoveryGranularity", "outcome", "checkpoint at kill", "steps done by attempt 1",
-              "resumed from step", "steps lost", "kill → new driver Job (s)",
+    header = ["pod lost", "recoveryGranularity", "outcome", "checkpoint at kill",
+              "steps done by attempt 1", "resumed from step", "steps lost",
+              "kill → new driver Job (s)",
               "kill → trainer restored (s)", "kill → training resumed (s)", "reused groups",
               "abandoned attempts"]
     return "\n\n".join([

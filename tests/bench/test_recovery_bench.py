@@ -32,9 +32,11 @@ STATUS = {"phase": "Succeeded", "recovery": {"rollout": {"reusedGroups": 2,
 
 
 def test_a_recovery_is_timed_from_the_deletion_by_the_reports_of_both_attempts():
-    found = recovery("driver pod", "sibling", KILLED_AT, 2, FIRST, SECOND, KILLED_AT + 5, STATUS)
-    assert found == Recovery(lost="driver pod", granularity="sibling", phase="Succeeded", checkpoint_step=2,
-                             steps_done=3, resumed_from=2, new_driver_seconds=5.0,
+    found = recovery("driver pod", "sibling", KILLED_AT, 2, FIRST, SECOND, KILLED_AT + 5,
+                     STATUS)
+    assert found == Recovery(lost="driver pod", granularity="sibling", phase="Succeeded",
+                             checkpoint_step=2, steps_done=3, resumed_from=2,
+                             new_driver_seconds=5.0,
                              restored_seconds=pytest.approx(11.6),
                              resumed_seconds=pytest.approx(29.6), reused_groups=2,
                              abandoned_attempts=1)
@@ -42,7 +44,8 @@ def test_a_recovery_is_timed_from_the_deletion_by_the_reports_of_both_attempts()
 
 
 def test_a_run_that_never_resumed_has_no_resume_figures():
-    found = recovery("Ray worker pod", "promptGroup", KILLED_AT, 2, FIRST, [], None, {"phase": "Failed"})
+    found = recovery("Ray worker pod", "promptGroup", KILLED_AT, 2, FIRST, [], None,
+                     {"phase": "Failed"})
     assert (found.resumed_from, found.steps_lost, found.new_driver_seconds,
             found.restored_seconds, found.resumed_seconds, found.reused_groups) == (None,) * 6
     assert found.steps_done == 3
@@ -61,8 +64,10 @@ def test_reports_are_read_from_a_driver_log_between_other_lines(tmp_path):
 
 
 def test_the_section_has_a_row_per_scenario():
-    text = section([recovery("driver pod", "sibling", KILLED_AT, 2, FIRST, SECOND, KILLED_AT + 5, STATUS),
-                    recovery("Ray worker pod", "promptGroup", KILLED_AT, 2, FIRST, [], None, {"phase": "Failed"})])
+    text = section([
+        recovery("driver pod", "sibling", KILLED_AT, 2, FIRST, SECOND, KILLED_AT + 5, STATUS),
+        recovery("Ray worker pod", "promptGroup", KILLED_AT, 2, FIRST, [], None,
+                 {"phase": "Failed"})])
     rows = [line for line in text.splitlines() if line.startswith(("| driver", "| Ray"))]
     assert rows == [
         "| driver pod | sibling | Succeeded | 2 | 3 | 2 | 1 | 5.0 | 11.6 | 29.6 | 2 | 1 |",

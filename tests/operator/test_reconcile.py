@@ -10,8 +10,8 @@ import pytest
 from grpo_operator.api.report import MAX_REPORT_BYTES, Report, TrainerState
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.api.status import (
-    AttemptFailure,
     ArtifactRef,
+    AttemptFailure,
     GRPORunStatus,
     ReportCursor,
     TrainerLedger,

@@ -7,7 +7,10 @@
    version are reused, newer ones discarded, tokens spent since the checkpoint counted.
 3. **Admit** the plan against the token budget before any generation (``budget``).
 4. **Train**: a checkpoint every ``checkpoint.intervalSteps`` steps; gates stop the run at the
-   budget or on SIGTERM (``signals``), both with a checkpoint.
+   budget or on SIGTERM (``signals``), both with a checkpoint. A weight sync that leaves engine
+   parameters without a value fails the run (exit 15); a step whose engine logprobs disagree
+   with the learners' ends the attempt untrained (exit 16, retryable: resume from the last
+   checkpoint, the refused step's journaled rollouts discarded).
 5. **End**: a checkpoint of the last step, the frozen inputs verified, the artifact copied from
    that checkpoint's ``model/`` and sealed; its manifest digest is the artifact digest.
 
@@ -41,6 +44,7 @@ from grpo_trainer.journal.state import LedgerState, LedgerStateError
 from grpo_trainer.progress import RunProgress, replace_dir
 from grpo_trainer.reporting import Reporter
 from grpo_trainer.signals import StopRequest
+from grpo_trainer.sync_errors import WeightSyncIncompleteError, WeightSyncMismatchError
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +123,17 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
     except DatasetError as err:
         return _fail(progress, Reason.INVALID_INPUT, f"invalid dataset: {err}",
                      ExitCode.INVALID_INPUT)
+    except WeightSyncIncompleteError as err:
+        return _fail(progress, Reason.WEIGHT_SYNC_INCOMPLETE, str(err),
+                     ExitCode.WEIGHT_SYNC_INCOMPLETE)
+    except WeightSyncMismatchError as err:
+        # The refused step's rollouts (weight version step - 1) came from other weights than
+        # their version says: never reuse them, or the next attempt would refuse them again.
+        # Their tokens still count (discarded segments stay in the cost ledger).
+        journal.discard_newer_than(err.step - 2)
+        log.error("%s: %s", Reason.WEIGHT_SYNC_MISMATCH, err)
+        progress.failed_retryably(Reason.WEIGHT_SYNC_MISMATCH, str(err))
+        return ExitCode.WEIGHT_SYNC_MISMATCH
     finally:
         journal.close()
     if trainer.stopped and stop:

@@ -7,7 +7,7 @@ right-padded to its longest response ``Tr``, so every response starts at column 
     attention_mask (N, Lp + Tr)  1 on real tokens
     response_mask  (N, Tr)       1 on the response tokens that count in the loss
     advantages     (N, Tr)       group-relative advantage broadcast over the response, 0 on pad
-    engine_log_prob(N, Tr)       the engine's logprobs of the sampled tokens (mismatch metric)
+    engine_log_prob(N, Tr)       the engine's logprobs of the sampled tokens (the parity guard's)
 
 Rows are ordered group by group (the G completions of prompt 0, then of prompt 1, ...).
 """

@@ -172,14 +172,20 @@ def create_placement_group(plan: PlacementPlan, timeout_s: float = 300.0):
 
 
 def describe(plan: PlacementPlan, group) -> dict[str, Any]:
-    """Where each actor's bundle was reserved (node ids, from Ray's placement group table):
-    the trainer logs it so that a run's layout can be read from its log."""
+    """Where each actor's bundle was reserved (node id and address, from Ray's placement group
+    table): the trainer logs it so that a run's layout can be read from its log."""
+    import ray
     from ray.util import placement_group_table
 
     nodes = placement_group_table(group)["bundles_to_node_id"]
+    address = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+
+    def where(bundle: int) -> dict[str, str]:
+        return {"node": nodes[bundle], "address": address.get(nodes[bundle], "?")}
+
     return {
-        "engines": [nodes[e.actor.bundle] for e in plan.engines],
-        "learners": [nodes[s.bundle] for s in plan.learners],
+        "engines": [where(e.actor.bundle) for e in plan.engines],
+        "learners": [where(s.bundle) for s in plan.learners],
     }
 
 

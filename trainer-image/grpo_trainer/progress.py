@@ -16,6 +16,7 @@ from grpo_operator.api.report import ReportError, TrainerState
 from grpo_operator.api.status import (
     MAX_MESSAGE_LENGTH,
     ArtifactRef,
+    AttemptFailure,
     CheckpointRef,
     RolloutReuse,
     TrainerLedger,
@@ -76,19 +77,26 @@ class RunProgress:
         return terminal
 
     def failed(self, reason: Reason, message: str) -> None:
-        if len(message) > MAX_MESSAGE_LENGTH:
-            message = message[: MAX_MESSAGE_LENGTH - 3] + "..."
-        terminal = TrainerTerminal(outcome=Outcome.FAILED, reason=reason, message=message,
-                                   finished_time=_now())
+        """The run failed for good: the terminal report."""
+        terminal = TrainerTerminal(outcome=Outcome.FAILED, reason=reason,
+                                   message=_clip(message), finished_time=_now())
         self._publish(TrainerState.FINISHED, terminal)
 
-    def _publish(self, state: TrainerState, terminal: TrainerTerminal | None = None) -> None:
+    def failed_retryably(self, reason: Reason, message: str) -> None:
+        """This attempt ends but the run goes on from the checkpoint: a last Running report
+        whose ``failure`` says why (the exit code tells the operator to retry)."""
+        self._publish(TrainerState.RUNNING,
+                      failure=AttemptFailure(reason=reason, message=_clip(message)))
+
+    def _publish(self, state: TrainerState, terminal: TrainerTerminal | None = None,
+                 failure: AttemptFailure | None = None) -> None:
         """Publish; a report that cannot be written is logged and skipped (the next one
         carries everything again), never fatal to training."""
         if self.rollouts is not None:
             self.recovery.rollout = RolloutReuse(**self.rollouts.counts.model_dump())
         try:
-            self.reporter.publish(state, self.ledger, self.recovery, terminal=terminal)
+            self.reporter.publish(state, self.ledger, self.recovery, terminal=terminal,
+                                  failure=failure)
         except (OSError, ReportError, ValueError) as err:
             log.warning("could not publish the %s report: %s", state, err)
 
@@ -106,6 +114,12 @@ def replace_dir(staging: Path, final: Path) -> None:
     if final.exists():
         shutil.rmtree(final)
     staging.rename(final)
+
+
+def _clip(message: str) -> str:
+    if len(message) > MAX_MESSAGE_LENGTH:
+        return message[: MAX_MESSAGE_LENGTH - 3] + "..."
+    return message
 
 
 def _now() -> datetime.datetime:

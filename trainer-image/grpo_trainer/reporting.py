@@ -19,7 +19,7 @@ import threading
 from typing import TextIO
 
 from grpo_operator.api.report import Report, TrainerState
-from grpo_operator.api.status import TrainerLedger, TrainerRecovery, TrainerTerminal
+from grpo_operator.api.status import AttemptFailure, TrainerLedger, TrainerRecovery, TrainerTerminal
 
 REPORT_MARKER = "GRPO_REPORT "
 
@@ -57,7 +57,9 @@ class Reporter:
         ledger: TrainerLedger,
         recovery: TrainerRecovery | None = None,
         terminal: TrainerTerminal | None = None,
+        failure: AttemptFailure | None = None,
     ) -> Report:
+        """Write the next report (``failure``: why this attempt ends, when it is retryable)."""
         with self._lock:
             report = Report(
                 schema_version=1,
@@ -68,6 +70,7 @@ class Reporter:
                 ledger=ledger,
                 recovery=recovery or TrainerRecovery(),
                 terminal=terminal,
+                failure=failure,
             )
             self._sequence += 1
             self.stream.write(f"\n{report_line(report)}\n")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -57,14 +58,14 @@ def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner
     from grpo_trainer.data import load_prompts
     from grpo_trainer.learner.actor import LearnerSettings
     from grpo_trainer.learner.group import LearnerGroup
-    from grpo_trainer.placement import create_placement_group, plan_placement
+    from grpo_trainer.placement import create_placement_group, describe, plan_placement
     from grpo_trainer.rewards import build_reward
     from grpo_trainer.rollout.engine import EngineSettings
     from grpo_trainer.rollout.pool import EnginePool
     from grpo_trainer.trainer import Trainer, TrainerConfig
 
     algorithm, rollout, resources = spec.algorithm, spec.rollout, spec.resources
-    config = TrainerConfig.from_algorithm(algorithm)
+    config = TrainerConfig.from_algorithm(algorithm, rollout.logprob_mismatch_limit())
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     dataset = load_prompts(train_file, tokenizer, algorithm.max_prompt_tokens)
     if dataset.dropped_too_long:
@@ -78,6 +79,7 @@ def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner
         cpu_learner_ranks,
     )
     group = create_placement_group(plan)
+    log.info("placement %s: %s", rollout.placement.value, json.dumps(describe(plan, group)))
     learners = engines = None
     try:
         learners = LearnerGroup(

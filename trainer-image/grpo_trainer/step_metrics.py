@@ -52,6 +52,6 @@ class StepMetrics:
             f"clip {self.clip_frac:.3f} len {self.response_length_mean:.1f} "
             f"tok/s {self.tokens_per_second:.0f} "
             f"time gen {self.time_generate_s:.2f}s learn {self.time_learn_s:.2f}s "
-            f"sync {self.time_sync_s:.2f}s"
+            f"sync {self.time_sync_s:.2f}s mismatch {self.logprob_mismatch:.2e}"
             + (f" skipped {self.skipped_steps}" if self.skipped_steps else "")
         )

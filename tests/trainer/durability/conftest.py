@@ -78,9 +78,17 @@ def make_config(tiny_dirs, run_dir: Path, *, attempt: int = 1, resume: ResumeMod
     )
 
 
+def _set_env(_actor, env: dict[str, str]) -> None:
+    os.environ.update(env)
+
+
 @pytest.fixture
 def run_attempt(tiny_dirs, engines) -> Callable[..., Outcome]:
-    """``run_attempt(run_dir, reward=None, handle_sigterm=False, **config options)``."""
+    """``run_attempt(run_dir, reward=None, handle_sigterm=False, learner_env=None,
+    prepare=None, **config options)``: ``learner_env`` is set in the learner ranks' processes
+    before the trainer connects them to the engine (as a pod's env would be); ``prepare(trainer)``
+    runs on the trainer before the attempt trains."""
+    import ray
     from transformers import AutoTokenizer
 
     from grpo_trainer.attempt import run_attempt as attempt_main
@@ -90,7 +98,9 @@ def run_attempt(tiny_dirs, engines) -> Callable[..., Outcome]:
     from grpo_trainer.placement import Slot
     from grpo_trainer.trainer import Trainer, TrainerConfig
 
-    def run(run_dir: Path, reward=None, handle_sigterm: bool = False, **options) -> Outcome:
+    def run(run_dir: Path, reward=None, handle_sigterm: bool = False,
+            learner_env: dict[str, str] | None = None,
+            prepare: Callable[[Trainer], None] | None = None, **options) -> Outcome:
         config = make_config(tiny_dirs, run_dir, **options)
         spec = config.spec
         reward_fn = reward or ScriptedReward()
@@ -101,7 +111,8 @@ def run_attempt(tiny_dirs, engines) -> Callable[..., Outcome]:
         def start(**trainer_options):
             trainer_options["after_step"] = [*trainer_options["after_step"],
                                              lambda trainer, metrics: steps.append(metrics)]
-            settings = TrainerConfig.from_algorithm(spec.algorithm)
+            settings = TrainerConfig.from_algorithm(spec.algorithm,
+                                                    spec.rollout.logprob_mismatch_limit())
             tokenizer = AutoTokenizer.from_pretrained(config.paths.model_dir)
             dataset = load_prompts(config.paths.train_file, tokenizer,
                                    spec.algorithm.max_prompt_tokens)
@@ -111,8 +122,14 @@ def run_attempt(tiny_dirs, engines) -> Callable[..., Outcome]:
                                 seed=spec.algorithm.seed),
                 (Slot(1, 0.5),), None)
             try:
-                yield Trainer(settings, dataset, reward_fn, engines, learners,
-                              tokenizer.pad_token_id, **trainer_options)
+                if learner_env:
+                    ray.get([rank.__ray_call__.remote(_set_env, learner_env)
+                             for rank in learners.ranks])
+                trainer = Trainer(settings, dataset, reward_fn, engines, learners,
+                                  tokenizer.pad_token_id, **trainer_options)
+                if prepare is not None:
+                    prepare(trainer)
+                yield trainer
             finally:
                 learners.shutdown()
 

@@ -17,17 +17,18 @@ from grpo_trainer.algorithm_settings import AlgorithmSettings
 
 @pytest.fixture
 def make_learners(local_ray, tiny_dirs) -> Iterator[Callable]:
-    """``make_learners(world_size, algorithm=AlgorithmSettings(), lr=1e-3, weight_decay=0.0)``:
-    a fresh learner group (no placement group), shut down after the test."""
+    """``make_learners(world_size, algorithm=AlgorithmSettings(), lr=1e-3, weight_decay=0.0,
+    model_dir=the tiny Llama)``: a fresh learner group (no placement group), shut down after
+    the test."""
     from grpo_trainer.learner.actor import LearnerSettings
     from grpo_trainer.learner.group import LearnerGroup
     from grpo_trainer.placement import Slot
 
     made = []
 
-    def make(world_size=1, algorithm=None, lr=1e-3, weight_decay=0.0):
+    def make(world_size=1, algorithm=None, lr=1e-3, weight_decay=0.0, model_dir=None):
         settings = LearnerSettings(
-            model_dir=str(tiny_dirs["model"]),
+            model_dir=str(model_dir or tiny_dirs["model"]),
             algorithm=algorithm or AlgorithmSettings(kl_coef=0.0),
             learning_rate=lr,
             weight_decay=weight_decay,
@@ -68,7 +69,7 @@ def make_trainer(tiny_dirs, engines, make_learners) -> Callable:
         spec = GRPORunSpec.model_validate(
             toy.tiny_spec(tiny_dirs["model"], tiny_dirs["data"], tiny_dirs["root"], **algorithm)
         )
-        config = TrainerConfig.from_algorithm(spec.algorithm)
+        config = TrainerConfig.from_algorithm(spec.algorithm, spec.rollout.logprob_mismatch_limit())
         tokenizer = AutoTokenizer.from_pretrained(tiny_dirs["model"])
         dataset = load_prompts(
             tiny_dirs["data"] / "train.parquet", tokenizer, spec.algorithm.max_prompt_tokens

@@ -117,3 +117,17 @@ def test_char_fraction_reward_is_dense():
     assert reward("aaaa", "a") == 1.0
     assert reward("a b!", "A") == 0.5
     assert reward("", "a") == 0.0 and reward("xyz", None) == 0.0
+
+
+def test_weight_sync_buckets_are_bounded_single_dtype_and_ordered():
+    from grpo_trainer.rollout.weight_sync import TensorSpec, plan_buckets
+
+    specs = [TensorSpec("a", "float32", (3, 4)), TensorSpec("h", "bfloat16", (5,)),
+             TensorSpec("b", "float32", (1000,)), TensorSpec("big", "float32", (2000,)),
+             TensorSpec("c", "float32", (2,))]
+    buckets = plan_buckets(specs, max_bytes=4100)
+    assert [[s.name for s in b.specs] for b in buckets] == [["a", "b"], ["h"], ["big"], ["c"]]
+    assert [b.nbytes for b in buckets] == [4048, 10, 8000, 8]  # "big" alone, over the bound
+    assert all(len({s.dtype for s in b.specs}) == 1 for b in buckets)
+    assert plan_buckets(specs) == plan_buckets(list(specs))  # both sides cut the same buckets
+    assert [TensorSpec.from_wire(s.to_wire()) for s in specs] == specs

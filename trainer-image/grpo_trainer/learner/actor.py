@@ -8,7 +8,6 @@ and reads the (all-reduced, hence identical) metrics from any of them.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,9 +20,18 @@ from grpo_trainer.algorithm_settings import AlgorithmSettings
 from grpo_trainer.learner.forward import batched_logprobs
 from grpo_trainer.learner.parallel import DataParallel
 from grpo_trainer.learner.update import UpdatePlan, update_policy
+from grpo_trainer.rollout.weight_sync import WeightSender, sync_specs
+from grpo_trainer.rollout.weight_transport import (
+    GroupAddress,
+    free_port,
+    node_ip,
+    open_weight_group,
+)
 
 LEARNER_SUBDIR = "learner"
 """A checkpoint's per-rank optimizer and RNG states (``rank_<r>.pt``)."""
+TEST_DROP_WEIGHT_ENV = "GRPO_TEST_DROP_WEIGHT"
+"""Test hook (see ``LearnerRank.weight_group_address``)."""
 
 
 @dataclass(frozen=True)
@@ -57,11 +65,10 @@ class LearnerRank:
 
     @staticmethod
     def rendezvous_address() -> tuple[str, int]:
-        """An address and a free port on this rank's node, for rank 0 to host the group."""
-        host = socket.gethostbyname(socket.gethostname())
-        with socket.socket() as s:
-            s.bind(("", 0))
-            return host, s.getsockname()[1]
+        """An address and a free port on this rank's node, for rank 0 to host the group (the
+        node's IP: a pod's hostname need not resolve)."""
+        ip = node_ip()
+        return ip, free_port(ip)
 
     def setup(self, master_addr: str, master_port: int) -> None:
         """Join the process group, load the policy (and reference), build AdamW."""
@@ -104,10 +111,10 @@ class LearnerRank:
         """Old-policy (and reference) logprobs, then the epochs of updates on ``shard``."""
         shard = self._on_device(shard)
         temperature = self.settings.algorithm.temperature
-        # Old-policy logprobs come from the learner itself (detached); the engine's only feed a
-        # mismatch metric. With one optimizer step per batch the policy has not moved when the
-        # update's own forward runs, so that forward supplies them (``update_policy``) and a
-        # whole no-grad pass is saved.
+        # Old-policy logprobs come from the learner itself (detached); the engine's only feed the
+        # mismatch metric and its parity guard. With one optimizer step per batch the policy has
+        # not moved when the update's own forward runs, so that forward supplies them
+        # (``update_policy``) and a whole no-grad pass is saved.
         if not plan.single_step(shard["input_ids"].shape[0]):
             shard["old_log_prob"] = batched_logprobs(
                 self.model, shard, temperature, plan.micro_batch_size
@@ -130,13 +137,29 @@ class LearnerRank:
         )
         return out.cpu()
 
-    def write_weights(self) -> str | None:
-        """Every rank calls; rank 0 writes the full state dict for the engines (CPU path) and
-        returns the file's path, other ranks None."""
-        from grpo_trainer.rollout.weight_sync import write_weights_file
+    def weight_group_address(self, world_size: int) -> tuple[GroupAddress, list]:
+        """Rank 0: where the weight group meets (this node's IP, a free port) and the
+        (name, dtype, shape) list of what every sync will send."""
+        # Test hook, for fault injection only (nothing else reads it): the HF parameter named
+        # here is left out of every sync, so that a test (through the GRPORun's resources.env)
+        # can show the engine refusing an incomplete sync.
+        drop = os.environ.get(TEST_DROP_WEIGHT_ENV)
+        self._weight_specs = sync_specs(self.model, drop=drop)
+        ip = node_ip()
+        address = GroupAddress(ip, free_port(ip), world_size, self.settings.use_gpu)
+        return address, [spec.to_wire() for spec in self._weight_specs]
 
+    def join_weight_group(self, address: GroupAddress) -> None:
+        """Rank 0: join the weight group as its rank 0 (returns once the engines have joined)."""
+        group = open_weight_group(address, 0, address.host)
+        self._weight_sender = WeightSender(self._weight_specs, group)
+
+    def send_weights(self) -> None:
+        """Every rank calls (FSDP gathers the full state dict collectively); rank 0 broadcasts
+        it to the engines, which receive at the same time."""
         state = self.dp.full_state_dict(self.model)
-        return str(write_weights_file(state)) if self.rank == 0 else None
+        if self.rank == 0:
+            self._weight_sender.send(state)
 
     def state(self) -> dict[str, Tensor]:
         """A CPU copy of the policy's parameters (tests compare ranks and steps)."""

@@ -1,4 +1,4 @@
-"""The driver's handle on the learner ranks: start them, shard each step, sync, save."""
+"""The driver's handle on the learner ranks: start them, shard each step, send weights, save."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from grpo_trainer.batch import Batch, shard_batch
 from grpo_trainer.learner.actor import LearnerRank, LearnerSettings
 from grpo_trainer.learner.update import UpdatePlan
 from grpo_trainer.placement import Slot, actor_options
+from grpo_trainer.rollout.weight_transport import GroupAddress
 
 
 class LearnerGroup:
@@ -48,11 +49,20 @@ class LearnerGroup:
 
         return ray.get([rank.state.remote() for rank in self.ranks])
 
-    def write_weights(self) -> str:
-        """The path of a safetensors file holding the policy (the caller deletes it)."""
+    def open_weight_group(self, world_size: int) -> tuple[GroupAddress, list]:
+        """Rank 0's address for a weight group of ``world_size`` members, and the specs of
+        what each sync sends (``rollout.weight_sync.TensorSpec.to_wire`` items)."""
         import ray
 
-        return ray.get([rank.write_weights.remote() for rank in self.ranks])[0]
+        return ray.get(self.ranks[0].weight_group_address.remote(world_size))
+
+    def join_weight_group(self, address: GroupAddress):
+        """Rank 0's join (a Ray ref, not awaited: the engines must join meanwhile)."""
+        return self.ranks[0].join_weight_group.remote(address)
+
+    def send_weights(self) -> list:
+        """Every rank's part of one sync (Ray refs, not awaited: the engines receive meanwhile)."""
+        return [rank.send_weights.remote() for rank in self.ranks]
 
     def save_model(self, out_dir: str) -> str:
         import ray

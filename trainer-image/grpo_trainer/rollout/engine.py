@@ -11,11 +11,13 @@ pre-temperature logprobs).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass, field
 
 from grpo_trainer.batch import Completion
 from grpo_trainer.rollout.weight_sync import EXTENSION_CLS
+from grpo_trainer.rollout.weight_transport import GroupAddress, node_ip
 
 # KV cache of a CPU engine (vLLM's CPU default is a share of the machine's memory).
 CPU_KV_CACHE_BYTES = 256 * 2**20
@@ -120,12 +122,24 @@ class RolloutEngine:
             for out in outputs
         ]
 
-    def load_weights_file(self, path: str) -> int:
-        """Load a safetensors file of HF-named weights into every worker (CPU path), then drop
-        the prefix cache (its KV blocks belong to the old weights)."""
-        loaded = self.llm.collective_rpc("grpo_load_weights_file", args=(path,))
+    def join_weight_group(self, address: GroupAddress, rank_offset: int, specs: list) -> None:
+        """Join the learners' weight group (``rollout.weight_transport``), worker ``w`` as rank
+        ``rank_offset + w``, expecting ``specs`` at every sync. Returns once every member has
+        joined, so the driver calls all of them together."""
+        # The workers may not be Ray processes (vLLM's multiprocessing executor); this actor is,
+        # on their node, and knows the node's IP.
+        self.llm.collective_rpc(
+            "grpo_join_weight_group",
+            args=(list(dataclasses.astuple(address)), rank_offset, node_ip(), specs),
+        )
+
+    def receive_weights(self) -> list[str]:
+        """One sync, received by every worker while learner rank 0 sends, then the prefix cache
+        dropped (its KV blocks belong to the old weights). Returns the parameters some worker
+        expected and did not receive (empty: complete)."""
+        missing = self.llm.collective_rpc("grpo_receive_weights")
         self.llm.reset_prefix_cache()
-        return loaded[0]
+        return sorted({name for per_worker in missing for name in per_worker})
 
     def sleep(self) -> None:
         """Free the GPU for the learners (colocated); a no-op without sleep mode."""

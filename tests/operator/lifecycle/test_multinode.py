@@ -1,0 +1,186 @@
+"""A run on a RayCluster of two worker pods, each its own Ray node: the actors land where
+``rollout.placement`` says (asked of Ray's state API on the head), the engine's logprobs equal
+the learners' after every weight sync, no weight file is left in any node's /dev/shm, a model
+with tied embeddings trains, and a worker pod lost mid-run is recovered from on the same
+RayCluster once KubeRay has replaced it."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.request
+
+import pytest
+
+from tests.operator.lifecycle.runs import tiny_example
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+STEP_LINE = re.compile(r"\bstep (\d+) reward .* mismatch (\S+)")
+PARITY = 1e-4  # float32 engine and learner: the same model computes the same logprobs
+
+
+def two_worker_run(tmp_path, placement: str, steps: int) -> dict:
+    """The tiny example with a tied-embedding model on two 1-CPU worker pods."""
+    body = tiny_example(tmp_path, tie_word_embeddings=True)
+    spec = body["spec"]
+    spec["algorithm"]["maxSteps"] = steps
+    spec["rollout"]["placement"] = placement
+    spec["resources"]["workers"] = 2
+    spec["resources"]["worker"] = {"cpu": "1", "memory": "3Gi"}
+    return body
+
+
+class NodeWatch:
+    """While the run goes: where its actors are (Ray's state API on the head, mapped to pods
+    by IP) and what each node's /dev/shm holds, step by step."""
+
+    def __init__(self, cluster, runs, name: str):
+        self.cluster, self.runs, self.name = cluster, runs, name
+        self.actors: dict[str, set[str]] = {}  # class name -> pod names
+        self.shm: list[tuple[int, str, int, list[str]]] = []  # (step, pod, bytes, files)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self):
+        while not self._stop.wait(1.0):
+            try:
+                step = self.runs.ledger(self.name).get("completedSteps", 0)
+                nodes = self.cluster.ray_pods.nodes(self.runs.namespace, self.name)
+                for pod, node in nodes.items():
+                    if node.exited() is None:
+                        used, files = node.shm()
+                        self.shm.append((step, pod, used, files))
+                head = next((n for n in nodes.values() if n.is_head), None)
+                if head is not None and step >= 1:
+                    self._actors(head, {n.ip: pod for pod, n in nodes.items()})
+            except Exception:  # noqa: BLE001, S112 - a node may go between two looks
+                continue
+
+    def _actors(self, head, pods_by_ip):
+        def get(path):
+            request = urllib.request.Request(f"{head.address}{path}",
+                                             headers={"Authorization": f"Bearer {head.token}"})
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return json.load(response)["data"]["result"]["result"]
+
+        ips = {n["node_id"]: n["node_ip"] for n in get("/api/v0/nodes?limit=100")}
+        for actor in get("/api/v0/actors?limit=100&filter_keys=state&filter_predicates=%3D"
+                         "&filter_values=ALIVE"):
+            pod = pods_by_ip.get(ips.get(actor["node_id"]))
+            if pod:
+                self.actors.setdefault(actor["class_name"], set()).add(pod)
+
+
+def _step_lines(cluster, runs, name: str, attempts: int) -> list[tuple[int, float]]:
+    found = []
+    for attempt in range(1, attempts + 1):
+        log = cluster.driver_runner.job_log(runs.namespace, f"{name}-a{attempt}")
+        text = log.read_text(errors="replace") if log else ""
+        found += [(int(m[1]), float(m[2])) for m in STEP_LINE.finditer(text)]
+    return found
+
+
+def _check_shm(watch: NodeWatch) -> None:
+    assert watch.shm, "no /dev/shm sample was taken"
+    for step, pod, _, files in watch.shm:
+        assert not [f for f in files if "weights" in f or f.endswith(".safetensors")], (
+            step, pod, files)
+    # The use of each node's /dev/shm does not grow with the steps (a weight file left behind
+    # per sync would add the model's 2 MB each step).
+    for pod in {p for _, p, _, _ in watch.shm}:
+        samples = [(s, used) for s, p, used, _ in watch.shm if p == pod and s >= 1]
+        if len(samples) >= 2:
+            assert samples[-1][1] - samples[0][1] < 1_000_000, (pod, samples)
+
+
+@pytest.mark.parametrize("placement", ["split", "colocated"])
+def test_a_two_worker_run_places_its_actors_and_keeps_parity_after_every_sync(
+        cluster, runs, tmp_path, placement):
+    steps = 4
+    body = two_worker_run(tmp_path, placement, steps)
+    name = body["metadata"]["name"]
+    runs.create(body)
+    with NodeWatch(cluster, runs, name) as watch:
+        wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed"), 600, what="the end")
+    status = runs.status(name)
+    log = cluster.driver_runner.job_log(runs.namespace, f"{name}-a1")
+    assert status["phase"] == "Succeeded", (status, log.read_text()[-4000:] if log else None)
+
+    # Where the actors ran, as Ray's state API on the head saw them: never on the head pod,
+    # the engine apart from the learners when split, with learner rank 0 when colocated.
+    workers = {p for p in watch.actors.get("LearnerRank", set()) | watch.actors.get(
+        "RolloutEngine", set())}
+    assert workers and all("-worker-" in p for p in workers), watch.actors
+    engine, learners = watch.actors["RolloutEngine"], watch.actors["LearnerRank"]
+    if placement == "split":
+        assert len(engine) == 1 and engine.isdisjoint(learners), watch.actors
+    else:
+        assert engine < learners and len(learners) == 2, watch.actors  # one rank per pod
+
+    # Parity after every sync: the engine's sampling logprobs equal the learners' (float32).
+    lines = _step_lines(cluster, runs, name, 1)
+    assert [s for s, _ in lines] == list(range(1, steps + 1)), lines
+    assert all(gap <= PARITY for _, gap in lines), lines
+    _check_shm(watch)
+
+
+def test_a_lost_worker_pod_is_recovered_from_on_the_same_raycluster(cluster, runs, tmp_path):
+    body = two_worker_run(tmp_path, "colocated", 6)
+    name = body["metadata"]["name"]
+    runs.create(body)
+    with NodeWatch(cluster, runs, name) as watch:
+        wait_for(lambda: ((runs.status(name).get("recovery") or {}).get("lastCheckpoint")
+                          or {}).get("step", 0) >= 2, 420, what="the checkpoint of step 2")
+        first_cluster = runs.ray_cluster(name)["metadata"]["uid"]
+        victim = next(p for p in runs.core.list_namespaced_pod(
+            runs.namespace, label_selector=f"ray.io/cluster={name},ray.io/node-type=worker"
+        ).items)
+        runs.core.delete_namespaced_pod(victim.metadata.name, runs.namespace)
+        wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed")
+                 or runs.status(name)["recovery"]["attempt"] == 2, 300,
+                 what="the second attempt")
+        # The same RayCluster: KubeRay replaced the pod, the operator kept the cluster.
+        second = runs.ray_cluster(name)
+        assert second is not None and second["metadata"]["uid"] == first_cluster
+        wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed"), 600, what="the end")
+    status = runs.status(name)
+    recovery = status["recovery"]
+    log = cluster.driver_runner.job_log(runs.namespace, f"{name}-a{recovery['attempt']}")
+    assert status["phase"] == "Succeeded", (status, log.read_text()[-4000:] if log else None)
+    assert recovery["attempt"] == 2 and recovery["restarts"] == 1, recovery
+    history = recovery["history"]
+    assert history[1]["fromStep"] >= 2, history
+    assert not [e for e in runs.events(name) if e[1] == "ClusterUnhealthy"], runs.events(name)
+    lines = _step_lines(cluster, runs, name, 2)
+    assert all(gap <= PARITY for _, gap in lines), lines
+    _check_shm(watch)
+
+
+def test_a_sync_that_leaves_out_a_parameter_fails_the_run_and_says_which(
+        cluster, runs, tmp_path):
+    body = two_worker_run(tmp_path, "split", 2)
+    name = body["metadata"]["name"]
+    dropped = "model.norm.weight"
+    # The learners' test-only hook, through the pod's environment as a user's env would go.
+    body["spec"]["resources"]["env"] = [{"name": "GRPO_TEST_DROP_WEIGHT", "value": dropped}]
+    runs.create(body)
+    wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed"), 420, what="the end")
+    status = runs.status(name)
+    terminal = status["terminal"]
+    assert (status["phase"], terminal["reason"]) == ("Failed", "WeightSyncIncomplete"), status
+    assert dropped in terminal["message"]
+    assert status["recovery"]["restarts"] == 0  # not retried: a retry would fail the same way
+    warnings = [(reason, message) for kind, reason, message in runs.events(name)
+                if kind == "Warning"]
+    assert any(dropped in message for _, message in warnings), warnings
