@@ -66,7 +66,7 @@ class TrainerConfig:
         cls, algorithm: Any, max_logprob_mismatch: float | None = None
     ) -> TrainerConfig:
         """From the contract's ``AlgorithmSpec`` (``grpo_operator.api.training``) and the
-        parity guard's limit (``RolloutSpec.logprob_mismatch_limit()``)."""
+        parity guard's limit (``RolloutSpec.logprob_mismatch_limit``)."""
         step_sequences = algorithm.prompts_per_step * algorithm.group_size
         return cls(
             max_steps=algorithm.max_steps,

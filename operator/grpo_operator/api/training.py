@@ -147,10 +147,15 @@ class RolloutSpec(ApiModel):
     """The runtime parity guard: the largest mean |learner - engine| logprob per response token
     a step may show before it is not trained on and the attempt ends WeightSyncMismatch (a
     stale or broken weight sync). Unset: 1e-3 with dtype float32, 0.1 otherwise (bf16 and fp16
-    engines differ from a float32 learner by a few hundredths per token)."""
+    engines differ from a float32 learner by a few hundredths per token); and no guard when
+    algorithm.topP < 1, where the engine's logprobs are those of the nucleus it sampled from
+    and differ from the learner's by design (set it to guard anyway)."""
 
-    def logprob_mismatch_limit(self) -> float:
-        """The parity guard's threshold (see max_logprob_mismatch)."""
+    def logprob_mismatch_limit(self, top_p: float) -> float | None:
+        """The parity guard's threshold for sampling at ``top_p`` (None: no guard; see
+        max_logprob_mismatch)."""
         if self.max_logprob_mismatch is not None:
             return self.max_logprob_mismatch
+        if top_p < 1:
+            return None
         return 1e-3 if self.dtype == RolloutDType.FLOAT32 else 0.1

@@ -155,3 +155,12 @@ def test_an_integral_number_is_an_integer_as_on_the_api_server():
     assert validate_manifest(manifest).spec.algorithm.group_size == 4
     with pytest.raises(ValidationError, match="groupSize"):
         validate_manifest(set_path(base_manifest(), "spec.algorithm.groupSize", 4.5))
+
+
+def test_the_parity_guards_limit_follows_the_dtype_and_steps_aside_for_top_p():
+    from grpo_operator.api.training import RolloutSpec
+
+    assert RolloutSpec(dtype="float32").logprob_mismatch_limit(1.0) == 1e-3
+    assert RolloutSpec(dtype="bfloat16").logprob_mismatch_limit(1.0) == 0.1
+    assert RolloutSpec(dtype="float32").logprob_mismatch_limit(0.9) is None
+    assert RolloutSpec(max_logprob_mismatch=0.5).logprob_mismatch_limit(0.9) == 0.5

@@ -69,7 +69,8 @@ def make_trainer(tiny_dirs, engines, make_learners) -> Callable:
         spec = GRPORunSpec.model_validate(
             toy.tiny_spec(tiny_dirs["model"], tiny_dirs["data"], tiny_dirs["root"], **algorithm)
         )
-        config = TrainerConfig.from_algorithm(spec.algorithm, spec.rollout.logprob_mismatch_limit())
+        config = TrainerConfig.from_algorithm(spec.algorithm, spec.rollout.logprob_mismatch_limit(
+            spec.algorithm.top_p))
         tokenizer = AutoTokenizer.from_pretrained(tiny_dirs["model"])
         dataset = load_prompts(
             tiny_dirs["data"] / "train.parquet", tokenizer, spec.algorithm.max_prompt_tokens
