@@ -36,6 +36,14 @@ def new_namespace(api: client.ApiClient, prefix: str) -> str:
     return name
 
 
+def delete_namespace(api: client.ApiClient, name: str) -> None:
+    """Let the namespace go with everything in it (not waited for): a RayCluster left behind
+    would keep its real Ray nodes running for the rest of the session."""
+    client.CoreV1Api(api).delete_namespace(name, propagation_policy="Background")
+
+
 @pytest.fixture
-def namespace(k8s_api) -> str:
-    return new_namespace(k8s_api, "t")
+def namespace(k8s_api) -> Iterator[str]:
+    name = new_namespace(k8s_api, "t")
+    yield name
+    delete_namespace(k8s_api, name)
