@@ -342,7 +342,8 @@ class RayNode:
         if self._stopped:
             return
         self._stopped = True
-        snapshot = {pid: _start_time(pid) for pid in self.processes()}
+        # (A process gone between the listing and its start time is no process to wait for.)
+        snapshot = {pid: t for pid in self.processes() if (t := _start_time(pid)) is not None}
         popen = self.process.popen
         if popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):

@@ -25,7 +25,10 @@ cluster would run:
   reconnect timeout (shortened here to ``WORKER_GCS_TIMEOUT_S``), as it would in a cluster.
 
 Drivers: ``host_aliases`` resolves a driver's ``RAY_ADDRESS`` (``<cluster>-head-svc...``) to
-the address of the node playing that cluster's head pod.
+the address of the node playing that cluster's head pod, as the head Service would: the Ready
+head pod, not being deleted, of the RayCluster of that name that exists now (a RayCluster
+deleted and created again under the same name is another cluster: its pods are matched by the
+owner's UID).
 """
 
 from __future__ import annotations
@@ -139,7 +142,7 @@ class RayPods(PodRunner):
                  selector: str = SELECTOR):
         super().__init__(api, root, selector=selector)
         self.mountpoints = mountpoints
-        self._heads: dict[tuple[str, str], _RayPod] = {}
+        self.custom = client.CustomObjectsApi(api)
         self._next_ip = int(ipaddress.ip_address("127.0.1.1"))
         self._ip_lock = threading.Lock()
         # One node starting at a time: `ray start` takes both cores for seconds.
@@ -148,12 +151,23 @@ class RayPods(PodRunner):
     def new_pod(self, pod: dict) -> PodProcess:
         return _RayPod(self, pod)
 
-    def head(self, namespace: str, cluster: str) -> RayNode | None:
-        """The ready node playing the RayCluster's head pod, if there is one."""
+    def head(self, namespace: str, cluster_uid: str) -> RayNode | None:
+        """The node of the RayCluster's head pod if it serves: Ready and not being deleted."""
         with self._lock:
-            pod = self._heads.get((namespace, cluster))
-        node = pod.node if pod is not None and not pod.finished else None
-        return node if node is not None and node.exited() is None and pod.is_ready else None
+            pods = [p for p in self._pods.values() if p.is_head and p.namespace == namespace
+                    and p.cluster_uid == cluster_uid and p.serving()]
+        return pods[-1].node if pods else None
+
+    def cluster_uid(self, namespace: str, cluster: str) -> str | None:
+        """The UID of the RayCluster of that name now (None: there is none)."""
+        try:
+            rc = self.custom.get_namespaced_custom_object("ray.io", "v1", namespace,
+                                                          "rayclusters", cluster)
+        except client.ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return rc["metadata"]["uid"]
 
     def nodes(self, namespace: str, cluster: str) -> dict[str, RayNode]:
         """Pod name -> running node, for every pod of the RayCluster played here."""
@@ -163,14 +177,15 @@ class RayPods(PodRunner):
                 if p.namespace == namespace and p.cluster == cluster and p.node is not None}
 
     def host_aliases(self, pod: dict) -> dict[str, list[str]]:
-        """The driver runner's hook: the head a driver addresses, once it is ready (until
-        then the driver pod waits, as its DNS lookups would fail)."""
+        """The driver runner's hook: the head a driver addresses, once it serves (until then
+        the driver pod waits, as its DNS lookups would fail)."""
         for container in pod["spec"]["containers"]:
             for var in container.get("env") or []:
                 if var["name"] == "RAY_ADDRESS" and var.get("value"):
                     named = head_of(var["value"])
                     if named:
-                        head = self.head(*named)
+                        uid = self.cluster_uid(*named)
+                        head = self.head(named[0], uid) if uid else None
                         if head is None:
                             raise podspec.MissingObject(
                                 f"the head of RayCluster {named[0]}/{named[1]} is not ready")
@@ -192,7 +207,8 @@ class RayPods(PodRunner):
     def __len__(self) -> int:
         """Running head nodes (one per RayCluster played here)."""
         with self._lock:
-            return sum(1 for p in self._heads.values() if not p.finished and p.node)
+            return sum(1 for p in self._pods.values()
+                       if p.is_head and not p.finished and p.node is not None)
 
 
 class _RayPod(PodProcess):
@@ -202,14 +218,21 @@ class _RayPod(PodProcess):
         super().__init__(runner, pod)
         labels = pod["metadata"].get("labels") or {}
         self.cluster = labels.get("ray.io/cluster", "")
+        self.cluster_uid = next((o["uid"] for o in pod["metadata"].get("ownerReferences") or []
+                                 if o.get("kind") == "RayCluster"), "")
         self.is_head = labels.get("ray.io/node-type") == "head"
         self.node: RayNode | None = None
         self.is_ready = False
         self.pod_ip = runner.allocate_ip()
 
+    def serving(self) -> bool:
+        """In the head Service's endpoints: Ready and not being deleted."""
+        return (not self.finished and not self._deleted and self.is_ready
+                and self.node is not None and self.node.exited() is None)
+
     def launch(self) -> None:
         ns, spec = self.namespace, self.pod["spec"]
-        head = None if self.is_head else self.runner.head(ns, self.cluster)
+        head = None if self.is_head else self.runner.head(ns, self.cluster_uid)
         if not self.is_head and head is None:
             raise podspec.MissingObject(f"the head of RayCluster {ns}/{self.cluster} is not "
                                         "ready")  # KubeRay's init container waits for the GCS
@@ -241,8 +264,6 @@ class _RayPod(PodProcess):
                     sandbox=sandbox, resources=resources, root=root, wait=False,
                     job_stop_wait_s=int(kept.get("RAY_JOB_STOP_WAIT_TIME_S", "30")),
                     dashboard_port=DASHBOARD_PORT)
-                with self.runner._lock:
-                    self.runner._heads[(ns, self.cluster)] = self
             else:
                 worker_env = {**kept,
                               "RAY_gcs_rpc_server_reconnect_timeout_s": str(WORKER_GCS_TIMEOUT_S)}
@@ -281,6 +302,3 @@ class _RayPod(PodProcess):
             self.node.stop(grace=5, remove=False)
         except Exception as e:  # noqa: BLE001 - a leftover is reported, never fatal here
             log.warning("pod %s/%s: %s", self.namespace, self.name, e)
-        with self.runner._lock:
-            if self.runner._heads.get((self.namespace, self.cluster)) is self:
-                del self.runner._heads[(self.namespace, self.cluster)]

@@ -1,8 +1,8 @@
-"""A run on a RayCluster of two worker pods, each its own Ray node: the actors land where
-``rollout.placement`` says (asked of Ray's state API on the head), the engine's logprobs equal
-the learners' after every weight sync, no weight file is left in any node's /dev/shm, a model
-with tied embeddings trains, and a worker pod lost mid-run is recovered from on the same
-RayCluster once KubeRay has replaced it."""
+"""Runs on a RayCluster of two worker pods, each its own Ray node, with a tied-embedding model:
+the actors land where ``rollout.placement`` says (``split`` and ``colocated``, asked of Ray's
+state API on the head), the engine's logprobs equal the learners' after every weight sync, no
+weight file is left in any node's /dev/shm, a worker pod lost mid-run is recovered from on the
+same RayCluster once KubeRay has replaced it, and a sync missing a parameter fails the run."""
 
 from __future__ import annotations
 
@@ -104,10 +104,20 @@ def _check_shm(watch: NodeWatch) -> None:
             assert samples[-1][1] - samples[0][1] < 1_000_000, (pod, samples)
 
 
-@pytest.mark.parametrize("placement", ["split", "colocated"])
-def test_a_two_worker_run_places_its_actors_and_keeps_parity_after_every_sync(
-        cluster, runs, tmp_path, placement):
-    steps = 4
+def _check_placement(watch: NodeWatch, placement: str) -> None:
+    """Where the actors ran, as Ray's state API on the head saw them: never on the head pod,
+    the engine apart from the learners when split, with learner rank 0 when colocated."""
+    workers = watch.actors.get("LearnerRank", set()) | watch.actors.get("RolloutEngine", set())
+    assert workers and all("-worker-" in p for p in workers), watch.actors
+    engine, learners = watch.actors["RolloutEngine"], watch.actors["LearnerRank"]
+    if placement == "split":
+        assert len(engine) == 1 and engine.isdisjoint(learners), watch.actors
+    else:
+        assert engine < learners and len(learners) == 2, watch.actors  # one rank per pod
+
+
+def test_a_split_run_on_two_workers_keeps_parity_after_every_sync(cluster, runs, tmp_path):
+    steps, placement = 4, "split"
     body = two_worker_run(tmp_path, placement, steps)
     name = body["metadata"]["name"]
     runs.create(body)
@@ -117,16 +127,7 @@ def test_a_two_worker_run_places_its_actors_and_keeps_parity_after_every_sync(
     log = cluster.driver_runner.job_log(runs.namespace, f"{name}-a1")
     assert status["phase"] == "Succeeded", (status, log.read_text()[-4000:] if log else None)
 
-    # Where the actors ran, as Ray's state API on the head saw them: never on the head pod,
-    # the engine apart from the learners when split, with learner rank 0 when colocated.
-    workers = {p for p in watch.actors.get("LearnerRank", set()) | watch.actors.get(
-        "RolloutEngine", set())}
-    assert workers and all("-worker-" in p for p in workers), watch.actors
-    engine, learners = watch.actors["RolloutEngine"], watch.actors["LearnerRank"]
-    if placement == "split":
-        assert len(engine) == 1 and engine.isdisjoint(learners), watch.actors
-    else:
-        assert engine < learners and len(learners) == 2, watch.actors  # one rank per pod
+    _check_placement(watch, placement)
 
     # Parity after every sync: the engine's sampling logprobs equal the learners' (float32).
     lines = _step_lines(cluster, runs, name, 1)
@@ -135,13 +136,15 @@ def test_a_two_worker_run_places_its_actors_and_keeps_parity_after_every_sync(
     _check_shm(watch)
 
 
-def test_a_lost_worker_pod_is_recovered_from_on_the_same_raycluster(cluster, runs, tmp_path):
+def test_a_colocated_run_survives_a_lost_worker_pod_on_the_same_raycluster(
+        cluster, runs, tmp_path):
     body = two_worker_run(tmp_path, "colocated", 6)
     name = body["metadata"]["name"]
     runs.create(body)
     with NodeWatch(cluster, runs, name) as watch:
         wait_for(lambda: ((runs.status(name).get("recovery") or {}).get("lastCheckpoint")
                           or {}).get("step", 0) >= 2, 420, what="the checkpoint of step 2")
+        _check_placement(watch, "colocated")  # before the pod is lost
         first_cluster = runs.ray_cluster(name)["metadata"]["uid"]
         victim = next(p for p in runs.core.list_namespaced_pod(
             runs.namespace, label_selector=f"ray.io/cluster={name},ray.io/node-type=worker"
