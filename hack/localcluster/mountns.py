@@ -22,6 +22,11 @@ from .podspec import Mount
 _TMP = Path("/tmp")
 
 
+# The harness has no images: this checkout (the editable install's sources) and its virtualenv
+# stand in for the image's filesystem, and must stay visible when either lives under /tmp.
+IMAGE_PATHS = (Path(sys.prefix), Path(__file__).resolve().parents[2])
+
+
 @dataclass(frozen=True)
 class Sandbox:
     """What a pod's container has of its own beyond its volumes."""
@@ -29,6 +34,7 @@ class Sandbox:
     hostname: str
     hosts_file: Path  # on this machine; becomes /etc/hosts
     shm_bytes: int  # the tmpfs at /dev/shm
+    image_paths: tuple[Path, ...] = IMAGE_PATHS  # host paths kept visible (read-only)
 
 
 
@@ -92,9 +98,11 @@ def wrap(argv: list[str], mounts: list[Mount], workdir: str = "/", *,
         lines.append(f"hostname {shlex.quote(sandbox.hostname)}")
         lines.append(f"mount -t tmpfs -o size={sandbox.shm_bytes},mode=1777 tmpfs /dev/shm")
         _bind(lines, sandbox.hosts_file, "/etc/hosts", read_only=True)
-        # Host paths under /tmp that stay visible in the pod's /tmp at the same place.
-        prefix = Path(sys.prefix)
-        for keep in [prefix] if under_tmp(prefix) else []:
+        # Image paths under /tmp stay visible in the pod's /tmp at the same place (a path
+        # inside another kept one comes with it).
+        kept = [p for p in sandbox.image_paths if under_tmp(p)]
+        for keep in sorted(p for p in kept if not any(p != q and p.is_relative_to(q)
+                                                      for q in kept)):
             target = private_tmp / keep.relative_to(_TMP)
             target.mkdir(parents=True, exist_ok=True)
             _bind(lines, keep, str(target), read_only=True)

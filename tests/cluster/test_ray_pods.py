@@ -199,3 +199,30 @@ def test_node_resources_follow_kuberays_ray_start_and_the_pods_limits():
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}}])
     assert small == 256 * 2**20
     assert quantity("500m") == 0.5
+
+
+def test_a_sandboxed_node_sees_its_image_paths_under_tmp_and_nothing_else_of_the_hosts_tmp(
+        tmp_path):
+    """A checkout or virtualenv under /tmp (a CI clone) stays visible in a pod's private /tmp;
+    the rest of the host's /tmp does not."""
+    import subprocess
+
+    from localcluster import mountns
+
+    image, other = tmp_path / "image", tmp_path / "other"
+    image.mkdir()
+    other.mkdir()
+    (image / "module.py").write_text("seen\n")
+    (other / "secret").write_text("hidden")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1\tlocalhost\n")
+    private = tmp_path / "private-tmp"
+    private.mkdir()
+    sandbox = mountns.Sandbox(hostname="pod-a", hosts_file=hosts, shm_bytes=2**20,
+                              image_paths=(image,))
+    script = (f"cat {image}/module.py; test ! -e {other}/secret && echo gone; hostname; "
+              "df --output=size -B1 /dev/shm | tail -1")
+    out = subprocess.run(mountns.wrap(["sh", "-c", script], [], sandbox=sandbox,
+                                      private_tmp=private),
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["seen", "gone", "pod-a", str(2**20)]
