@@ -73,6 +73,17 @@ def _labelled_cluster(data) -> dict:
     return rc
 
 
+def _start_cluster(k8s_api, namespace, data, token: str) -> list:
+    """The labelled RayCluster with its auth Secret; returns its three pods once Ready."""
+    core = client.CoreV1Api(k8s_api)
+    core.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="rc-auth"), string_data={"auth_token": token}))
+    client.CustomObjectsApi(k8s_api).create_namespaced_custom_object(
+        "ray.io", "v1", namespace, "rayclusters", _labelled_cluster(data))
+    return wait_for(lambda: len(_ready_pods(core, namespace)) == 3 and _ready_pods(
+        core, namespace), 180, what="the head and two worker pods Ready")
+
+
 def _ready_pods(core, namespace) -> list:
     pods = core.list_namespaced_pod(namespace, label_selector="ray.io/cluster=rc").items
     return [p for p in pods if p.metadata.deletion_timestamp is None and any(
@@ -83,17 +94,11 @@ def test_every_ray_pod_is_its_own_node_and_a_driver_reaches_the_head(
     cluster, k8s_api, namespace, tmp_path
 ):
     core = client.CoreV1Api(k8s_api)
-    custom = client.CustomObjectsApi(k8s_api)
     data, out = tmp_path / "data", tmp_path / "out"
     data.mkdir()
     out.mkdir()
     (data / "greeting").write_text("hello from the head's /data\n")
-    core.create_namespaced_secret(namespace, client.V1Secret(
-        metadata=client.V1ObjectMeta(name="rc-auth"), string_data={"auth_token": "s3cret-tok"}))
-    custom.create_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters",
-                                           _labelled_cluster(data))
-    pods = wait_for(lambda: len(_ready_pods(core, namespace)) == 3 and _ready_pods(
-        core, namespace), 180, what="the head and two worker pods Ready")
+    pods = _start_cluster(k8s_api, namespace, data, "s3cret-tok")
     ips = {p.metadata.name: p.status.pod_ip for p in pods}
     assert len(set(ips.values())) == 3, ips
     assert len(cluster.ray_pods.nodes(namespace, "rc")) == 3
@@ -155,12 +160,7 @@ def test_a_deleted_worker_pod_takes_its_node_and_its_replacement_joins(
 ):
     core = client.CoreV1Api(k8s_api)
     custom = client.CustomObjectsApi(k8s_api)
-    core.create_namespaced_secret(namespace, client.V1Secret(
-        metadata=client.V1ObjectMeta(name="rc-auth"), string_data={"auth_token": "t0k"}))
-    custom.create_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters",
-                                           _labelled_cluster(tmp_path))
-    pods = wait_for(lambda: len(_ready_pods(core, namespace)) == 3 and _ready_pods(
-        core, namespace), 180, what="the head and two worker pods Ready")
+    pods = _start_cluster(k8s_api, namespace, tmp_path, "t0k")
     victim = next(p for p in pods if "worker" in p.metadata.name)
     old_node = cluster.ray_pods.nodes(namespace, "rc")[victim.metadata.name]
     core.delete_namespaced_pod(victim.metadata.name, namespace)
