@@ -166,7 +166,8 @@ class RayPods(PodRunner):
         except client.ApiException as e:
             if e.status == 404:
                 return None
-            raise
+            # A DNS lookup that fails for a moment: the pod waits and retries, not fails.
+            raise podspec.MissingObject(f"RayCluster {namespace}/{cluster}: {e.reason}") from e
         return rc["metadata"]["uid"]
 
     def nodes(self, namespace: str, cluster: str) -> dict[str, RayNode]:

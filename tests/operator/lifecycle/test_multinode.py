@@ -13,6 +13,7 @@ import urllib.request
 
 import pytest
 
+from grpo_operator.api.checkpoint_layout import step_dir_name
 from tests.operator.lifecycle.runs import tiny_example
 from tests.waiting import wait_for
 
@@ -52,8 +53,13 @@ class NodeWatch:
         self._stop.set()
         self._thread.join(10)
 
+    def placed(self) -> bool:
+        """Both kinds of actor have been seen (they live from the engine's start on, well
+        before the first step)."""
+        return {"RolloutEngine", "LearnerRank"} <= set(self.actors)
+
     def _run(self):
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(0.5):
             try:
                 step = self.runs.ledger(self.name).get("completedSteps", 0)
                 nodes = self.cluster.ray_pods.nodes(self.runs.namespace, self.name)
@@ -62,7 +68,7 @@ class NodeWatch:
                         used, files = node.shm()
                         self.shm.append((step, pod, used, files))
                 head = next((n for n in nodes.values() if n.is_head), None)
-                if head is not None and step >= 1:
+                if head is not None and not self.placed():
                     self._actors(head, {n.ip: pod for pod, n in nodes.items()})
             except Exception:  # noqa: BLE001, S112 - a node may go between two looks
                 continue
@@ -122,6 +128,7 @@ def test_a_split_run_on_two_workers_keeps_parity_after_every_sync(cluster, runs,
     name = body["metadata"]["name"]
     runs.create(body)
     with NodeWatch(cluster, runs, name) as watch:
+        wait_for(watch.placed, 420, what="the run's actors in Ray's state API")
         wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed"), 600, what="the end")
     status = runs.status(name)
     log = cluster.driver_runner.job_log(runs.namespace, f"{name}-a1")
@@ -138,13 +145,15 @@ def test_a_split_run_on_two_workers_keeps_parity_after_every_sync(cluster, runs,
 
 def test_a_colocated_run_survives_a_lost_worker_pod_on_the_same_raycluster(
         cluster, runs, tmp_path):
-    body = two_worker_run(tmp_path, "colocated", 6)
+    body = two_worker_run(tmp_path, "colocated", 16)  # steps take about a second here
     name = body["metadata"]["name"]
-    runs.create(body)
+    run = runs.create(body)
+    # The checkpoint volume says sooner than status that step 2 is sealed.
+    step_2 = tmp_path / "checkpoints" / run["metadata"]["uid"] / step_dir_name(2)
     with NodeWatch(cluster, runs, name) as watch:
-        wait_for(lambda: ((runs.status(name).get("recovery") or {}).get("lastCheckpoint")
-                          or {}).get("step", 0) >= 2, 420, what="the checkpoint of step 2")
+        wait_for(watch.placed, 420, what="the run's actors in Ray's state API")
         _check_placement(watch, "colocated")  # before the pod is lost
+        wait_for(step_2.is_dir, 420, interval=0.1, what="the checkpoint of step 2")
         first_cluster = runs.ray_cluster(name)["metadata"]["uid"]
         victim = next(p for p in runs.core.list_namespaced_pod(
             runs.namespace, label_selector=f"ray.io/cluster={name},ray.io/node-type=worker"

@@ -38,7 +38,9 @@ def test_suspend_resume_then_cancel(runs, tmp_path):
              and runs.status(name)["recovery"]["attempt"] == 2, 180,
              what="the resumed attempt running")
     assert runs.ray_cluster(name)["metadata"]["uid"] != first_cluster
-    wait_for(lambda: runs.ledger(name).get("completedSteps", 0) > checkpoint, 300,
+    # A resume starts a new RayCluster: new Ray nodes, a new engine (minutes on a busy 2-core
+    # machine), then the restore.
+    wait_for(lambda: runs.ledger(name).get("completedSteps", 0) > checkpoint, 600,
              what="a step after the resume")
     recovery = runs.status(name)["recovery"]
     assert recovery["resumedFromStep"] == checkpoint
