@@ -106,7 +106,7 @@ class _DriverPod(PodProcess):
         container_env = podspec.environment(self.pod, self.container, self.runner.objects)
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": os.environ.get("HOME", "/root"),
+            "HOME": os.path.expanduser("~"),
             "LANG": "C.UTF-8",
             "HOSTNAME": self.name,
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",

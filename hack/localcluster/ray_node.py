@@ -285,7 +285,7 @@ class RayNode:
     def shm(self) -> tuple[int, list[str]]:
         """(bytes used, file names) of the node's /dev/shm as its processes see it (through
         ``/proc/<pid>/root``, which resolves in the node's mount namespace)."""
-        shm = Path(f"/proc/{self.process.popen.pid}/root/dev/shm")
+        shm = Path("/proc", str(self.process.popen.pid), "root", "dev", "shm")
         stat = os.statvfs(shm)
         return (stat.f_blocks - stat.f_bfree) * stat.f_frsize, sorted(os.listdir(shm))
 
