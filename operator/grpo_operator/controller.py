@@ -200,7 +200,12 @@ class Controller:
             elif action == Action.ENSURE_DRIVER_JOB:
                 k.create_if_absent(driver_job(spec, run, attempt))
             elif action == Action.DELETE_RAY_CLUSTER:
-                k.delete("ray.io/v1", "RayCluster", run.namespace, ChildNames(run.name).ray_cluster)
+                # Foreground: the RayCluster stays (Deleting) until its pods are gone. The next
+                # attempt reuses its name, and KubeRay finds pods by the ray.io/cluster label,
+                # so a new cluster made while the old pods still run would adopt them as its
+                # own and report ready on nodes about to be deleted.
+                k.delete("ray.io/v1", "RayCluster", run.namespace,
+                         ChildNames(run.name).ray_cluster, propagation="Foreground")
             elif action == Action.DELETE_RUN:
                 k.delete_run(run.namespace, run.name)
         for job in decision.delete_jobs:

@@ -2,10 +2,13 @@
 
 KubeRay's ``status.state: ready`` is sticky (it never goes back once reached) and cannot tell
 a lost cluster, so health comes from the HeadPodReady condition and the ready worker count.
+Whether a cluster has ever been ready comes from KubeRay's RayClusterProvisioned condition,
+which is set True once all pods are first ready and then never changes.
 """
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -35,6 +38,17 @@ def cluster_health(ray_cluster: dict[str, Any] | None, workers: int) -> ClusterH
     if head and head.get("status") == "True" and ready_workers >= workers:
         return ClusterHealth.HEALTHY
     return ClusterHealth.PROVISIONING
+
+
+def provisioned_at(ray_cluster: dict[str, Any] | None) -> datetime.datetime | None:
+    """When the cluster's pods were all ready for the first time; None if never (yet)."""
+    provisioned = _condition(ray_cluster or {}, "RayClusterProvisioned")
+    if not (provisioned and provisioned.get("status") == "True"):
+        return None
+    when = provisioned.get("lastTransitionTime")
+    if not when:
+        return None
+    return datetime.datetime.fromisoformat(str(when).replace("Z", "+00:00"))
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 class Kube:
-    """Reads by name, idempotent creates, Background deletes, status patches and Events."""
+    """Reads by name, idempotent creates, deletes, status patches and Events."""
 
     def __init__(self, api: client.ApiClient):
         self.api = api
@@ -102,13 +102,14 @@ class Kube:
             self.core.patch_namespaced_config_map(meta["name"], meta["namespace"],
                                                   {"data": obj["data"]})
 
-    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        """Delete with Background propagation (a Job's pods go too); absent is fine."""
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, *,
+               propagation: str = "Background") -> None:
+        """Delete with its dependents (a Job's pods go too); absent is fine."""
         self._count()
         resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
         with contextlib.suppress(dynamic.exceptions.NotFoundError):
             resource.delete(name=name, namespace=namespace,
-                            body={"propagationPolicy": "Background"})
+                            body={"propagationPolicy": propagation})
 
     def delete_run(self, namespace: str, name: str) -> None:
         self._count()

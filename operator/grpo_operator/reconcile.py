@@ -40,7 +40,13 @@ from grpo_operator.api.status import (
     bounded,
 )
 from grpo_operator.conditions import set_condition
-from grpo_operator.health import ClusterHealth, DriverEnd, cluster_health, driver_end
+from grpo_operator.health import (
+    ClusterHealth,
+    DriverEnd,
+    cluster_health,
+    driver_end,
+    provisioned_at,
+)
 from grpo_operator.metering import gpu_seconds_since
 from grpo_operator.naming import ChildNames
 
@@ -504,12 +510,13 @@ def _cluster_lost(o: Observed, s: GRPORunStatus, health: ClusterHealth) -> bool:
     if health in (ClusterHealth.ABSENT, ClusterHealth.DELETING):
         return s.phase == Phase.RUNNING
     ready = s.condition(ConditionType.CLUSTER_READY)
-    created = o.ray_cluster["metadata"].get("creationTimestamp")
-    if ready is None or ready.status == "True" or not created:
+    provisioned = provisioned_at(o.ray_cluster)
+    if ready is None or ready.status == "True" or provisioned is None:
         return False
-    created_at = datetime.datetime.fromisoformat(str(created).replace("Z", "+00:00"))
-    return (created_at <= ready.last_transition_time and
-            _seconds(o.now, ready.last_transition_time) > o.policy.cluster_unhealthy_seconds)
+    # Unready since we saw it so, or since it was first ready if that came later (a pass
+    # may miss a short ready spell of this cluster after an earlier one went unready).
+    unready_since = max(ready.last_transition_time, provisioned)
+    return _seconds(o.now, unready_since) > o.policy.cluster_unhealthy_seconds
 
 
 def _replace_cluster(d: Decision, why: str) -> None:

@@ -43,10 +43,18 @@ def suspended_report(sequence: int = 5, attempt: int = 1) -> str:
                   recovery=TrainerRecovery(last_checkpoint=checkpoint)).to_json()
 
 
-def rc_created(seconds: float) -> dict:
-    created = (NOW + seconds * SECOND).isoformat().replace("+00:00", "Z")
-    return {"metadata": {"name": "r", "creationTimestamp": created},
-            "status": {"conditions": [{"type": "HeadPodReady", "status": "False"}]}}
+def _stamp(seconds: float) -> str:
+    return (NOW + seconds * SECOND).isoformat().replace("+00:00", "Z")
+
+
+def rc_created(seconds: float, provisioned: float | None = None) -> dict:
+    """An unready RayCluster; ``provisioned``: when its pods were all first ready (KubeRay)."""
+    conditions = [{"type": "HeadPodReady", "status": "False"}]
+    if provisioned is not None:
+        conditions.append({"type": "RayClusterProvisioned", "status": "True",
+                           "lastTransitionTime": _stamp(provisioned)})
+    return {"metadata": {"name": "r", "creationTimestamp": _stamp(seconds)},
+            "status": {"conditions": conditions}}
 
 
 # --- Stops ------------------------------------------------------------------------------------
@@ -198,22 +206,40 @@ def test_a_running_attempts_deleted_cluster_is_a_restart_on_a_new_cluster():
 def test_a_cluster_unready_for_longer_than_the_bound_is_recreated():
     policy = Policy(cluster_unhealthy_seconds=60)
     status = running_status()  # ready at NOW
-    old = rc_created(-100)
+    old = rc_created(-100, provisioned=-90)
     brief = decide(at(status, 10, ray_cluster=old, driver_job=RUNNING_JOB, policy=policy))
     assert brief.status.phase == "Running" and brief.delete_jobs == []
     long = decide(at(brief.status, 80, ray_cluster=old, driver_job=RUNNING_JOB, policy=policy))
     assert long.status.phase == "Recovering"
     assert Action.DELETE_RAY_CLUSTER in long.actions and long.delete_jobs == ["r-a1"]
     assert ("Warning", "ClusterUnhealthy") in [(e.type, e.reason) for e in long.events]
-    # The new cluster (created after the old one went unready) is waited for, not deleted.
+    # The new cluster (never ready yet) is waited for, not deleted.
     new = decide(at(long.status, 200, ray_cluster=rc_created(81), policy=policy))
     assert Action.DELETE_RAY_CLUSTER not in new.actions
     assert new.status.phase == "Recovering"
+    # Once ready it counts as lost only after the bound from then, even if no pass saw it
+    # ready in between.
+    missed = rc_created(81, provisioned=190)
+    soon = decide(at(new.status, 240, ray_cluster=missed, policy=policy))
+    assert Action.DELETE_RAY_CLUSTER not in soon.actions
+    later = decide(at(soon.status, 251, ray_cluster=missed, policy=policy))
+    assert Action.DELETE_RAY_CLUSTER in later.actions
+
+
+def test_a_cluster_made_in_the_second_the_last_one_went_away_is_waited_for():
+    """Timestamps have whole seconds: a cluster made just after the ClusterReady condition
+    turned False looks created before it. Only KubeRay's word that it was ready counts."""
+    policy = Policy(cluster_unhealthy_seconds=15)
+    gone = decide(at(running_status(), 0.2, policy=policy)).status  # unready at NOW+0.2
+    made_same_second = rc_created(0)
+    waiting = decide(at(gone, 40, ray_cluster=made_same_second, policy=policy))
+    assert Action.DELETE_RAY_CLUSTER not in waiting.actions
+    assert waiting.status.recovery.restarts == gone.recovery.restarts
 
 
 def test_recovering_on_a_cluster_that_stays_unready_recreates_it_once_past_the_bound():
     policy = Policy(cluster_unhealthy_seconds=60)
-    old = rc_created(-100)
+    old = rc_created(-100, provisioned=-90)
     unready = decide(at(running_status(), 5, ray_cluster=old, driver_job=_job("Failed"),
                         driver_pods=[_pod(14)], policy=policy)).status
     assert unready.phase == "Recovering"
