@@ -46,12 +46,14 @@ def _timestamp(value: str | None) -> datetime.datetime | None:
 class Controller:
     def __init__(self, kube: Kube, *, workers: int = 2, policy: Policy | None = None,
                  metrics: Metrics | None = None,
-                 new_token: Callable[[], str] = lambda: secrets.token_urlsafe(32)):
+                 new_token: Callable[[], str] = lambda: secrets.token_urlsafe(32),
+                 new_report_key: Callable[[], bytes] = lambda: secrets.token_bytes(32)):
         self.kube = kube
         self.policy = policy or Policy()
         self.metrics = metrics or Metrics()
         self.queue = WorkQueue()
         self.new_token = new_token
+        self.new_report_key = new_report_key
         self._threads = [
             threading.Thread(target=self._work, name=f"reconcile-{i}", daemon=True)
             for i in range(workers)
@@ -193,6 +195,7 @@ class Controller:
                 for obj in (
                     identity.service_account(run), identity.role(run),
                     identity.role_binding(run), identity.auth_secret(run, self.new_token()),
+                    identity.report_key_secret(run, self.new_report_key()),
                     configmaps.report_config_map(run), ray_cluster(spec, run),
                 ):
                     k.create_if_absent(obj)

@@ -47,6 +47,10 @@ class ChildNames:
     def auth_secret(self) -> str:
         return f"{self.run}-ray-auth"
 
+    @property
+    def report_key_secret(self) -> str:
+        return f"{self.run}-report-key"
+
     def driver_job(self, attempt: int) -> str:
         """Named like the attempt's Ray submission id, so one name follows an attempt."""
         return submission_id(self.run, attempt)
@@ -54,5 +58,5 @@ class ChildNames:
 
 assert all(
     len(s) <= MAX_CHILD_SUFFIX_LENGTH
-    for s in ("-trainer", "-report", "-run-config", "-ray-auth", "-head-svc")
+    for s in ("-trainer", "-report", "-run-config", "-ray-auth", "-report-key", "-head-svc")
 )

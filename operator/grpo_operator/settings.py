@@ -15,6 +15,10 @@ class Settings:
     """Reconcile worker threads (runs are reconciled one at a time each)."""
     metrics_port: int = 0
     """Port of the Prometheus /metrics endpoint (0: not served)."""
+    namespace: str = "grpo-system"
+    """The operator's own namespace (where its signing Secret lives)."""
+    signing_secret: str = "grpo-operator-report-signing"
+    """The Secret (in ``namespace``) holding the key every run's report key derives from."""
     policy: Policy = field(default_factory=Policy)
 
 
@@ -38,6 +42,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     return Settings(
         workers=max(1, int(_number(env, "GRPO_WORKERS", 2, int))),
         metrics_port=int(_number(env, "GRPO_METRICS_PORT", 0, int)),
+        namespace=env.get("GRPO_NAMESPACE", "").strip() or Settings.namespace,
+        signing_secret=env.get("GRPO_SIGNING_SECRET", "").strip() or Settings.signing_secret,
         policy=Policy(
             cluster_unhealthy_seconds=_number(env, "GRPO_CLUSTER_UNHEALTHY_SECONDS",
                                               defaults.cluster_unhealthy_seconds),

@@ -34,6 +34,15 @@ DRIVER_TOKEN_DIR = "/var/run/secrets/ray-auth"
 """Where the driver Job mounts that Secret (read-only); RAY_AUTH_TOKEN_PATH names the file."""
 DRIVER_TOKEN_PATH = f"{DRIVER_TOKEN_DIR}/{TOKEN_SECRET_KEY}"
 
+REPORT_KEY_SECRET_KEY = "report_key"
+"""The key of the run's report-key Secret: the HMAC key that signs the reports (see
+``grpo_operator.api.report``)."""
+DRIVER_REPORT_KEY_DIR = "/var/run/secrets/grpo-report"
+"""Where the driver Job mounts that Secret (read-only); GRPO_REPORT_KEY_PATH names the file."""
+DRIVER_REPORT_KEY_PATH = f"{DRIVER_REPORT_KEY_DIR}/{REPORT_KEY_SECRET_KEY}"
+REPORT_KEY_PATH_ENV = "GRPO_REPORT_KEY_PATH"
+"""A file holding the run's report key, which the driver signs every report it relays with."""
+
 RAY_DEFAULT_JOB_STOP_WAIT_S = 3
 """Ray 2.60's stop wait when RAY_JOB_STOP_WAIT_TIME_S is unset: too short for a checkpoint."""
 DRIVER_GRACE_MARGIN_S = 30

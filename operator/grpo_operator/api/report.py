@@ -8,10 +8,19 @@ overwrite attempt N+1.
 
 Parsing is strict: unknown fields, a wrong schemaVersion, wrong JSON types and inconsistent
 states are refused with a message naming the field.
+
+Integrity: anyone who may patch ConfigMaps in the namespace can write the report, so a report
+counts only with its signature under REPORT_SIGNATURE_KEY: HMAC-SHA256 of the document's bytes
+under the run's report key, a random key in the run's report-key Secret that only the driver
+pod mounts (the Ray pods, where Ray-token holders run code, never see it). A sequence may grow
+by at most MAX_SEQUENCE_STEP between accepted reports, so one report cannot make every later
+genuine one look stale.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from enum import StrEnum
 
 from pydantic import Field, ValidationError
@@ -29,6 +38,12 @@ from grpo_operator.api.status import (
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_KEY = "report.json"
+REPORT_SIGNATURE_KEY = "report.json.hmac"
+"""The ConfigMap key of the report's signature (hex HMAC-SHA256), written with the report in
+one patch."""
+MAX_SEQUENCE_STEP = 100_000
+"""How far a report's sequence may move past the last accepted one (or past 0, for an
+attempt's first): the trainer numbers every report it publishes, a few per step."""
 # A ConfigMap holds at most 1 MiB; a report is a few KiB. The limit leaves room and catches a
 # runaway message long before etcd would.
 MAX_REPORT_BYTES = 64 * 1024
@@ -141,6 +156,16 @@ def parse_report(data: str | bytes) -> Report:
         return Report.model_validate_json(raw)
     except ValidationError as exc:
         raise ReportError(describe_validation_error(exc)) from None
+
+
+def sign_report(key: bytes, report_json: str) -> str:
+    """The report's signature under the run's report key."""
+    return hmac.new(key, report_json.encode(), hashlib.sha256).hexdigest()
+
+
+def signature_valid(key: bytes, report_json: str, signature: str | None) -> bool:
+    return bool(signature) and hmac.compare_digest(sign_report(key, report_json),
+                                                   signature.strip())
 
 
 def is_stale(report: Report | ReportCursor, last_accepted: ReportCursor | None) -> bool:

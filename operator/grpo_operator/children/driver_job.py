@@ -15,7 +15,9 @@ from grpo_operator.api.ray_job import (
     ADDRESS_ENV,
     DASHBOARD_PORT,
     DRIVER_METRICS_PORT,
+    DRIVER_REPORT_KEY_PATH,
     DRIVER_TOKEN_PATH,
+    REPORT_KEY_PATH_ENV,
     TOKEN_PATH_ENV,
     driver_termination_grace_s,
     job_stop_wait_env,
@@ -31,10 +33,12 @@ from grpo_operator.children.meta import (
 )
 from grpo_operator.children.volumes import (
     RAY_AUTH_MOUNT,
+    REPORT_KEY_MOUNT,
     RUN_CONFIG_MOUNT,
     input_mounts,
     input_volumes,
     ray_auth_volume,
+    report_key_volume,
     run_config_volume,
 )
 from grpo_operator.naming import ChildNames
@@ -63,6 +67,7 @@ def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
         "env": [
             {"name": ADDRESS_ENV, "value": head_address(run)},
             {"name": TOKEN_PATH_ENV, "value": DRIVER_TOKEN_PATH},
+            {"name": REPORT_KEY_PATH_ENV, "value": DRIVER_REPORT_KEY_PATH},
             *({"name": k, "value": v} for k, v in stop_wait.items()),
         ],
         # The driver serves the newest report's figures there (a PodMonitor selects it by name).
@@ -70,7 +75,7 @@ def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
             {"name": METRICS_PORT_NAME, "containerPort": DRIVER_METRICS_PORT, "protocol": "TCP"}
         ],
         "resources": {"requests": dict(amounts), "limits": dict(amounts)},
-        "volumeMounts": [RUN_CONFIG_MOUNT, RAY_AUTH_MOUNT, *input_mounts(spec)],
+        "volumeMounts": [RUN_CONFIG_MOUNT, RAY_AUTH_MOUNT, REPORT_KEY_MOUNT, *input_mounts(spec)],
         "securityContext": container_security_context(),
     }
     if r.image_pull_policy:
@@ -85,7 +90,8 @@ def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
             r.termination_grace_period_seconds
         ),
         "containers": [container],
-        "volumes": [run_config_volume(run.name), ray_auth_volume(run.name), *input_volumes(spec)],
+        "volumes": [run_config_volume(run.name), ray_auth_volume(run.name),
+                    report_key_volume(run.name), *input_volumes(spec)],
     }
     if r.image_pull_secrets:
         pod["imagePullSecrets"] = [s.to_wire() for s in r.image_pull_secrets]

@@ -7,7 +7,7 @@ from typing import Any
 
 from grpo_operator.api.checkpoint_layout import CHECKPOINT_MOUNT
 from grpo_operator.api.inputs import VolumeSource
-from grpo_operator.api.ray_job import DRIVER_TOKEN_DIR
+from grpo_operator.api.ray_job import DRIVER_REPORT_KEY_DIR, DRIVER_TOKEN_DIR
 from grpo_operator.api.run_config import DATA_MOUNT, MODEL_MOUNT, RUN_CONFIG_DIR
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.naming import ChildNames
@@ -74,3 +74,14 @@ def ray_auth_volume(run_name: str) -> dict[str, Any]:
 
 
 RAY_AUTH_MOUNT = {"name": "ray-auth", "mountPath": DRIVER_TOKEN_DIR, "readOnly": True}
+
+
+def report_key_volume(run_name: str) -> dict[str, Any]:
+    """The report key: the driver's alone (never a Ray pod's, see ``api.report``)."""
+    return {
+        "name": "report-key",
+        "secret": {"secretName": ChildNames(run_name).report_key_secret, "defaultMode": 0o440},
+    }
+
+
+REPORT_KEY_MOUNT = {"name": "report-key", "mountPath": DRIVER_REPORT_KEY_DIR, "readOnly": True}
