@@ -349,8 +349,8 @@ def grporuns_arm(cluster: LocalCluster, api: client.ApiClient, kubeconfig: Path,
     core, namespace = client.CoreV1Api(api), f"grporuns-{runs}"
     _fresh_namespace(core, namespace)
     bodies = [grporun(f"run-{i:03d}") for i in range(runs)]
-    with OperatorProcess(cluster, cluster.root / f"operator-{runs}.log",
-                         kubeconfig=kubeconfig) as operator:
+    with OperatorProcess(cluster, cluster.root / f"operator-{runs}.log", kubeconfig=kubeconfig,
+                         env=inputs.operator_settings(inputs.host_root(bodies[0]))) as operator:
         arm = _apply_and_wait(cluster, api, GRPORUNS, namespace, bodies,
                               {"operator": operator.rss, "kuberay": _kuberay_rss(cluster)},
                               progress)

@@ -143,7 +143,8 @@ def measure(scenarios: tuple[tuple[str, str], ...], progress: Callable[[str], No
             cluster.install_crd(CRD)
             api = cluster.api_client()
             try:
-                with OperatorProcess(cluster, cluster.root / "operator.log"):
+                with OperatorProcess(cluster, cluster.root / "operator.log",
+                                     env=inputs.operator_settings(work)):
                     for lost, granularity in scenarios:
                         body = _interrupted_run(lost, granularity, work)
                         inputs.prepare(body)

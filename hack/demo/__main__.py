@@ -81,8 +81,9 @@ def main() -> int:
         print(f"cluster ready in {cluster.timings['total']:.0f}s; installing the CRD and "
               "starting the operator")
         cluster.install_crd(inputs.REPO / "crds" / "grporuns.grpo.dev.yaml")
-        with OperatorProcess(cluster, WORK / "operator.log"):
-            example = inputs.load_example()
+        example = inputs.load_example()
+        with OperatorProcess(cluster, WORK / "operator.log",
+                             env=inputs.operator_settings(inputs.host_root(example))):
             if args.mode == "recovery":
                 return run(cluster, for_recovery(example), WORK, args.timeout,
                            kill_driver_after=KILL_AFTER_STEPS)

@@ -3,10 +3,13 @@ directories `examples/tiny-cpu.yaml` names."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import yaml
+
+from grpo_operator.acceptance import HOST_PATH_PREFIXES_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "tiny-cpu.yaml"
@@ -23,6 +26,17 @@ def host_dirs(run: dict) -> dict[str, Path]:
         "data": Path(spec["dataset"]["volume"]["hostPath"]["path"]),
         "checkpoints": Path(spec["checkpoint"]["volume"]["hostPath"]["path"]),
     }
+
+
+def host_root(run: dict) -> Path:
+    """The directory holding all of the run's hostPath volumes."""
+    return Path(os.path.commonpath([str(p) for p in host_dirs(run).values()]))
+
+
+def operator_settings(root: Path) -> dict[str, str]:
+    """The operator's environment for runs whose hostPath volumes lie under ``root``: it
+    allows that directory and no other, so a run elsewhere is refused as on a real install."""
+    return {HOST_PATH_PREFIXES_ENV: str(root)}
 
 
 def relocate(run: dict, base: Path) -> dict:

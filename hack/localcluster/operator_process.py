@@ -28,8 +28,10 @@ RBAC_REFUSAL = re.compile(r"forbidden: User .{1,200}? cannot |not enough permiss
 class OperatorProcess:
     """The operator with the identity in ``kubeconfig`` (the cluster's admin by default) and
     ``env`` on top of this process's environment (operator settings, ``WATCH_NAMESPACES``;
-    without it the operator is cluster-wide). Restartable, to test that restarts lose nothing;
-    a context manager that starts and stops it."""
+    without it the operator is cluster-wide). Its own namespace (``GRPO_NAMESPACE``, which its
+    Deployment takes from the downward API) is ``default`` unless ``env`` names one.
+    Restartable, to test that restarts lose nothing; a context manager that starts and stops
+    it."""
 
     def __init__(self, cluster, log_path: Path, kubeconfig: Path | None = None,
                  env: dict[str, str] | None = None):
@@ -41,7 +43,7 @@ class OperatorProcess:
     def start(self, timeout: float = 60) -> None:
         """Start it and return once its liveness endpoint answers."""
         port = free_port()
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "GRPO_NAMESPACE": "default"}
         env.pop("WATCH_NAMESPACES", None)
         env.update(self.env)
         with self.log_path.open("ab") as log:

@@ -1,14 +1,23 @@
 """What only the operator can judge before anything is created: the budget against the plan,
-and the access modes of the volumes. Pure: the caller reads the PVCs."""
+the access modes of the volumes, and what the operator's installer lets runs reach (host
+directories, the operator's own Secret). Pure: the caller reads the PVCs and the settings.
+
+The CRD refuses what every installation refuses (``api.confinement``); what depends on an
+installation's settings is here. hostPath volumes are frozen, so judging them once, at
+acceptance, covers the run's whole life.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 from grpo_operator.api.inputs import VolumeSource
 from grpo_operator.api.spec import GRPORunSpec
+
+HOST_PATH_PREFIXES_ENV = "GRPO_HOSTPATH_PREFIXES"
 
 READ_MANY = {"ReadOnlyMany", "ReadWriteMany"}
 WRITE_MANY = {"ReadWriteMany"}
@@ -18,6 +27,46 @@ WRITE_MANY = {"ReadWriteMany"}
 class Refusal:
     reason: str  # CamelCase, for the Accepted condition
     message: str
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What this installation lets a run reach, from the operator's settings."""
+
+    host_path_prefixes: tuple[str, ...] = ()
+    """Normalised absolute directories hostPath volumes must lie under; empty: no hostPath
+    volume at all (a node's directories are not a run's to choose)."""
+    reserved_secrets: tuple[str, ...] = ()
+    """Secret names no run may reference besides the per-run ones the CRD refuses: the
+    operator's signing Secret, whose key every run's report key derives from (a run in the
+    operator's namespace could otherwise read it)."""
+
+
+def host_path_prefixes(raw: str) -> tuple[str, ...]:
+    """``GRPO_HOSTPATH_PREFIXES``: comma-separated absolute directories, normalised (trailing
+    slashes and repeated slashes dropped); a relative one, or one with ``.`` or ``..``, is an
+    error naming the setting."""
+    prefixes = []
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if not item.startswith("/") or any(p in (".", "..") for p in item.split("/")):
+            raise ValueError(f"{HOST_PATH_PREFIXES_ENV}: {item!r} is not an absolute directory "
+                             "without '.' or '..' components")
+        prefixes.append(str(PurePosixPath(item)))
+    return tuple(dict.fromkeys(prefixes))
+
+
+def under(path: str, prefix: str) -> bool:
+    """Whether ``path`` is ``prefix`` or lies below it, by whole components (``/data2`` is not
+    under ``/data``). Lexical: '..' is refused outright (the CRD refuses it too); a symlink on
+    the node is the installer's to avoid under the prefixes it allows."""
+    parts = PurePosixPath(path).parts
+    if ".." in parts:
+        return False
+    base = PurePosixPath(prefix).parts
+    return parts[: len(base)] == base
 
 
 def worst_case_tokens_per_step(spec: GRPORunSpec) -> int:
@@ -99,5 +148,58 @@ def check_volumes(
     return None
 
 
-def accept(spec: GRPORunSpec, pvcs: Mapping[str, Mapping[str, Any] | None]) -> Refusal | None:
-    return check_budget(spec) or check_volumes(spec, pvcs)
+def _volumes(spec: GRPORunSpec) -> Iterable[tuple[str, VolumeSource]]:
+    yield "model.volume", spec.model.volume
+    yield "dataset.volume", spec.dataset.volume
+    yield "checkpoint.volume", spec.checkpoint.volume
+
+
+def check_host_paths(spec: GRPORunSpec, prefixes: tuple[str, ...]) -> Refusal | None:
+    """hostPath volumes only under the installation's prefixes: a pod mounting a node's
+    directory (the checkpoint one writable) reaches past its run to whatever lives there."""
+    for field, volume in _volumes(spec):
+        if volume.host_path is None:
+            continue
+        path = volume.host_path.path
+        if not prefixes:
+            return Refusal(
+                "HostPathNotAllowed",
+                f"{field}.hostPath ({path}): this operator allows no hostPath volumes "
+                f"({HOST_PATH_PREFIXES_ENV} is empty); use a persistentVolumeClaim",
+            )
+        if not any(under(path, prefix) for prefix in prefixes):
+            return Refusal(
+                "HostPathNotAllowed",
+                f"{field}.hostPath.path {path} is not under a directory this operator allows "
+                f"hostPath volumes in ({', '.join(prefixes)})",
+            )
+    return None
+
+
+def check_secrets(spec: GRPORunSpec, reserved: tuple[str, ...]) -> Refusal | None:
+    r = spec.resources
+    refs = [(f"resources.env[{i}].valueFrom.secretKeyRef.name", e.value_from.secret_key_ref.name)
+            for i, e in enumerate(r.env) if e.value_from is not None]
+    refs += [(f"resources.imagePullSecrets[{i}].name", s.name)
+             for i, s in enumerate(r.image_pull_secrets)]
+    for field, name in refs:
+        if name in reserved:
+            return Refusal(
+                "SecretNotAllowed",
+                f"{field} names Secret {name}, the operator's report-signing Secret: no run "
+                "may reference it",
+            )
+    return None
+
+
+def accept(
+    spec: GRPORunSpec,
+    pvcs: Mapping[str, Mapping[str, Any] | None],
+    confinement: Confinement = Confinement(),
+) -> Refusal | None:
+    return (
+        check_budget(spec)
+        or check_host_paths(spec, confinement.host_path_prefixes)
+        or check_secrets(spec, confinement.reserved_secrets)
+        or check_volumes(spec, pvcs)
+    )

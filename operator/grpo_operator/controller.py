@@ -5,32 +5,35 @@ from __future__ import annotations
 
 import datetime
 import logging
-import secrets
 import threading
-from collections.abc import Callable
 from typing import Any
 
+from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from grpo_operator.acceptance import claims
-from grpo_operator.api.constants import ConditionType, Outcome, Phase
-from grpo_operator.api.report import REPORT_KEY, describe_validation_error
+from grpo_operator.api.constants import ConditionType, Outcome, Phase, Reason
+from grpo_operator.api.report import REPORT_KEY, REPORT_SIGNATURE_KEY, describe_validation_error
 from grpo_operator.api.run_config import ResumeMode, RunConfig
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.api.status import GRPORunStatus, Terminal
 from grpo_operator.children import configmaps, identity
 from grpo_operator.children.driver_job import driver_job
 from grpo_operator.children.meta import RunRef
+from grpo_operator.children.network_policy import network_policy
 from grpo_operator.children.raycluster import ray_cluster
-from grpo_operator.conditions import set_condition
-from grpo_operator.kube import Kube, merge_patch
+from grpo_operator.conditions import set_condition, set_wire_condition
+from grpo_operator.errors import SpecInvalid, StatusUnreadable, describe, retry_delay
+from grpo_operator.kube import ChildConflict, Kube, merge_patch
 from grpo_operator.metrics import Metrics
 from grpo_operator.naming import ChildNames
 from grpo_operator.reconcile import Action, Decision, Event, Observed, Policy, decide
+from grpo_operator.signing import run_ray_token, run_report_key
 from grpo_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
-ERROR_REQUEUE_SECONDS = 5.0
+# Failures that say what they are; anything else is logged with its traceback.
+_EXPECTED_ERRORS = (ApiException, ChildConflict, StatusUnreadable, SpecInvalid)
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -46,14 +49,12 @@ def _timestamp(value: str | None) -> datetime.datetime | None:
 class Controller:
     def __init__(self, kube: Kube, *, workers: int = 2, policy: Policy | None = None,
                  metrics: Metrics | None = None,
-                 new_token: Callable[[], str] = lambda: secrets.token_urlsafe(32),
-                 new_report_key: Callable[[], bytes] = lambda: secrets.token_bytes(32)):
+                 signing_key: bytes):
         self.kube = kube
         self.policy = policy or Policy()
         self.metrics = metrics or Metrics()
         self.queue = WorkQueue()
-        self.new_token = new_token
-        self.new_report_key = new_report_key
+        self.signing_key = signing_key
         self._threads = [
             threading.Thread(target=self._work, name=f"reconcile-{i}", daemon=True)
             for i in range(workers)
@@ -62,6 +63,8 @@ class Controller:
         self._announced: dict[Key, set[str]] = {}
         # API requests and passes per run, logged when the run is done with.
         self.cost: dict[Key, list[int]] = {}
+        # Failed passes in a row per run (the backoff's exponent).
+        self._failures: dict[Key, int] = {}
 
     def start(self) -> None:
         for t in self._threads:
@@ -86,6 +89,7 @@ class Controller:
     def forget(self, namespace: str, name: str) -> None:
         self.queue.forget((namespace, name))
         self._announced.pop((namespace, name), None)
+        self._failures.pop((namespace, name), None)
         self.cost.pop((namespace, name), None)
         self.metrics.forget((namespace, name))
 
@@ -94,12 +98,18 @@ class Controller:
             key = self.queue.get()
             if key is None:
                 return
-            again: float | None = ERROR_REQUEUE_SECONDS
+            again: float | None = None
             try:
                 again = self.reconcile(*key)
-            except Exception:  # noqa: BLE001 - one run's failure must not stop the loop
-                log.exception("reconcile of %s/%s failed", *key)
+                self._failures.pop(key, None)
+            except Exception as error:  # noqa: BLE001 - one run's failure must not stop the loop
                 self.metrics.reconcile_errors.inc()
+                failures = self._failures[key] = self._failures.get(key, 0) + 1
+                again = retry_delay(failures)
+                log.warning("reconcile of %s/%s failed (%d in a row, next in %.0f s): %s",
+                            *key, failures, again, error,
+                            exc_info=not isinstance(error, _EXPECTED_ERRORS))
+                self._stalled(*key, error)
             finally:
                 self.queue.done(key)
                 # A run needing no requeue is done with until its next event.
@@ -121,17 +131,19 @@ class Controller:
         try:
             status = GRPORunStatus.model_validate(old_wire)
         except ValidationError as e:
-            log.error("status of %s/%s unreadable, starting over: %s", namespace, name, e)
-            status = GRPORunStatus()
+            raise StatusUnreadable(describe_validation_error(e)) from None
         try:
             spec = GRPORunSpec.model_validate(body["spec"])
         except ValidationError as e:
+            if status.phase not in (None, Phase.PENDING):
+                raise SpecInvalid(describe_validation_error(e)) from None
             return self._invalid_spec(run, meta.get("generation", 0), status, old_wire,
                                       describe_validation_error(e))
         observed = self._observe(run, meta, spec, status)
         decision = decide(observed)
         self._record(run, observed, decision, old_wire)
         self._act(run, spec, decision)
+        self._unstalled(run, observed, decision)
         return decision.requeue_after
 
     def _observe(self, run: RunRef, meta: dict[str, Any], spec: GRPORunSpec,
@@ -142,18 +154,22 @@ class Controller:
         if status.phase in (None, Phase.PENDING):
             pvcs = {claim: k.get("v1", "PersistentVolumeClaim", run.namespace, claim)
                     for claim in claims(spec)}
-        rc = job = report = gpu_pods = None
+        rc = job = report = signature = gpu_pods = None
+        report_map_missing = False
         pods: list[dict[str, Any]] = []
         if status.children.ray_cluster:
-            rc = k.get("ray.io/v1", "RayCluster", run.namespace, names.ray_cluster)
+            rc = k.get_child("ray.io/v1", "RayCluster", run, names.ray_cluster)
         driver = status.children.driver_job
         if driver and (status.phase == Phase.RUNNING or status.stopping):
-            job = k.get("batch/v1", "Job", run.namespace, driver)
+            job = k.get_child("batch/v1", "Job", run, driver)
             # A failed driver's exit code, or whether a stopped one is still finishing.
             if status.stopping or (job is not None and _job_failed(job)):
-                pods = k.list_pods(run.namespace, f"job-name={driver}")
-            cm = k.get("v1", "ConfigMap", run.namespace, names.report_config_map)
-            report = ((cm or {}).get("data") or {}).get(REPORT_KEY)
+                pods = [p for p in k.list_pods(run.namespace, f"job-name={driver}")
+                        if _made_by_job(p, driver, job)]
+            cm = k.get_child("v1", "ConfigMap", run, names.report_config_map)
+            report_map_missing = cm is None
+            data = (cm or {}).get("data") or {}
+            report, signature = data.get(REPORT_KEY), data.get(REPORT_SIGNATURE_KEY)
         metered = status.ledger.gpu_metered_time
         due = (status.stopping is not None or metered is None
                or (now - metered).total_seconds() >= self.policy.meter_interval_seconds)
@@ -164,6 +180,8 @@ class Controller:
                         created=_timestamp(meta.get("creationTimestamp")),
                         annotations=meta.get("annotations") or {}, pvcs=pvcs, ray_cluster=rc,
                         driver_job=job, driver_pods=pods, report_data=report,
+                        report_map_missing=report_map_missing, report_signature=signature,
+                        report_key=run_report_key(self.signing_key, run.uid),
                         gpu_pods=gpu_pods, policy=self.policy)
 
     def _record(self, run: RunRef, observed: Observed | None, decision: Decision,
@@ -176,7 +194,7 @@ class Controller:
                                 observed.created)
         announced = self._announced.setdefault((run.namespace, run.name), set())
         for event in decision.events:
-            if event.reason == "ReportRejected":
+            if event.reason == Reason.REPORT_REJECTED:
                 if event.message in announced:
                     continue
                 announced.add(event.message)
@@ -194,9 +212,12 @@ class Controller:
                 )
                 for obj in (
                     identity.service_account(run), identity.role(run),
-                    identity.role_binding(run), identity.auth_secret(run, self.new_token()),
-                    identity.report_key_secret(run, self.new_report_key()),
-                    configmaps.report_config_map(run), ray_cluster(spec, run),
+                    identity.role_binding(run),
+                    identity.auth_secret(run, run_ray_token(self.signing_key, run.uid)),
+                    identity.report_key_secret(run, run_report_key(self.signing_key, run.uid)),
+                    # The policy before the cluster: its pods are never open to all.
+                    configmaps.report_config_map(run), network_policy(run),
+                    ray_cluster(spec, run),
                 ):
                     k.create_if_absent(obj)
                 k.ensure_config_map(configmaps.run_config_map(run, config))
@@ -214,12 +235,46 @@ class Controller:
         for job in decision.delete_jobs:
             k.delete("batch/v1", "Job", run.namespace, job)
 
+    def _unstalled(self, run: RunRef, observed: Observed, decision: Decision) -> None:
+        """A whole pass went through (its actions too): Stalled is over. Written only after
+        the actions, or a pass failing in them would flip the condition twice per pass, and
+        each write would wake the run again at once, defeating the backoff."""
+        stalled = decision.status.condition(ConditionType.STALLED)
+        if stalled is None or stalled.status != "True":
+            return
+        conditions = set_condition(decision.status.conditions, ConditionType.STALLED, False,
+                                   "Reconciled", "the last pass went through",
+                                   generation=observed.generation, now=observed.now)
+        self.kube.patch_status(run.namespace, run.name,
+                               {"conditions": [c.to_wire() for c in conditions]})
+
+    def _stalled(self, namespace: str, name: str, error: BaseException) -> None:
+        """Say on the run why its pass failed: the Stalled condition (written on the status as
+        stored, which may be one the models cannot read) and one Event per distinct error."""
+        reason, message = describe(error)
+        try:
+            body = self.kube.get_run(namespace, name)
+            if body is None:
+                return
+            meta, wire = body["metadata"], body.get("status") or {}
+            conditions = wire.get("conditions") or []
+            updated = set_wire_condition(conditions, ConditionType.STALLED, True, reason,
+                                         message, generation=meta.get("generation"),
+                                         now=_now())
+            if updated != conditions:
+                self.kube.patch_status(namespace, name, {"conditions": updated})
+            announced = self._announced.setdefault((namespace, name), set())
+            if message not in announced:
+                announced.add(message)
+                self.kube.event(RunRef(name, namespace, meta["uid"]), "Warning", reason,
+                                message)
+        except Exception as e:  # noqa: BLE001 - the next pass tries again
+            log.warning("could not record the failure on %s/%s: %s", namespace, name, e)
+
     def _invalid_spec(self, run: RunRef, generation: int, status: GRPORunStatus,
                       old_wire: dict[str, Any], message: str) -> None:
-        """A spec the models refuse (the CRD let it through: an older CRD, or a rule only the
-        models check). Nothing is created; a running run is left to finish as it was."""
-        if status.phase not in (None, Phase.PENDING):
-            return None
+        """A new run's spec the models refuse (the CRD let it through: an older CRD, or a rule
+        only the models check): it fails and nothing is created."""
         now = _now()
         for type_ in (ConditionType.ACCEPTED, ConditionType.FAILED):
             status.conditions = set_condition(
@@ -234,6 +289,14 @@ class Controller:
         decision = Decision(status=status, events=[Event("Warning", "InvalidSpec", message)])
         self._record(run, None, decision, old_wire)
         return None
+
+
+def _made_by_job(pod: dict[str, Any], name: str, job: dict[str, Any] | None) -> bool:
+    """A pod the driver Job made (anyone may label a pod job-name=...): controlled by a Job of
+    that name, the one observed when it still exists."""
+    return any(r.get("controller") and r.get("kind") == "Job" and r.get("name") == name
+               and (job is None or r.get("uid") == job["metadata"]["uid"])
+               for r in (pod.get("metadata") or {}).get("ownerReferences") or [])
 
 
 def _job_failed(job: dict[str, Any]) -> bool:

@@ -69,9 +69,27 @@ def driver_end(job: dict[str, Any], pods: list[dict[str, Any]]) -> DriverEnd | N
         return DriverEnd(True, 0, "the driver finished")
     if not (failed and failed.get("status") == "True"):
         return None
+    code = exit_code(pods)
+    if code is not None:
+        return DriverEnd(False, code, failed.get("message", ""))
+    return DriverEnd(False, None, failed.get("message") or "the driver pod vanished")
+
+
+def exit_code(pods: list[dict[str, Any]]) -> int | None:
+    """The exit code of the first terminated container among the pods (the kubelet's word)."""
     for pod in pods:
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             terminated = (cs.get("state") or {}).get("terminated")
-            if terminated:
-                return DriverEnd(False, terminated.get("exitCode"), failed.get("message", ""))
-    return DriverEnd(False, None, failed.get("message") or "the driver pod vanished")
+            if terminated and terminated.get("exitCode") is not None:
+                return int(terminated["exitCode"])
+    return None
+
+
+def disruption_of(pods: list[dict[str, Any]]) -> str | None:
+    """Why the cluster disrupted one of the pods (its DisruptionTarget condition, set by the
+    eviction API, the scheduler's preemption, the taint manager or the kubelet), or None."""
+    for pod in pods:
+        condition = _condition(pod, "DisruptionTarget")
+        if condition and condition.get("status") == "True":
+            return ": ".join(filter(None, (condition.get("reason"), condition.get("message"))))
+    return None

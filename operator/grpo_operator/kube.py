@@ -17,6 +17,35 @@ from grpo_operator.children.meta import RunRef
 
 log = logging.getLogger(__name__)
 
+# (connect, read) seconds for every request: a half-open connection fails the pass, which is
+# retried with backoff, instead of hanging a reconcile worker while liveness stays green.
+REQUEST_TIMEOUT = (5, 30)
+
+
+class ChildConflict(Exception):
+    """An object holds a child's name but is not controlled by this run (made beforehand by
+    someone else, or left by a deleted run of the same name that garbage collection has not
+    removed yet). It is never used."""
+
+    def __init__(self, obj: dict[str, Any], run_uid: str):
+        meta = obj.get("metadata") or {}
+        owner = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")),
+                     None)
+        held = (f"controlled by {owner.get('kind')} {owner.get('name')} (uid {owner.get('uid')})"
+                if owner else "controlled by nothing")
+        super().__init__(f"{obj.get('kind', 'object')} {meta.get('name')} exists but is {held}, "
+                         f"not by this run (uid {run_uid}): it is not used; delete it or "
+                         "wait for its owner's garbage collection")
+
+
+def controlled_by(obj: dict[str, Any], uid: str) -> bool:
+    return any(r.get("controller") and r.get("uid") == uid
+               for r in (obj.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def _controller_uid(obj: dict[str, Any]) -> str:
+    return next(r["uid"] for r in obj["metadata"]["ownerReferences"] if r.get("controller"))
+
 
 def _absent(e: ApiException) -> bool:
     return e.status == 404
@@ -60,7 +89,7 @@ class Kube:
         self._count()
         try:
             return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
-                                                            name)
+                                                            name, _request_timeout=REQUEST_TIMEOUT)
         except ApiException as e:
             if _absent(e):
                 return None
@@ -70,24 +99,41 @@ class Kube:
         self._count()
         resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
         try:
-            return resource.get(name=name, namespace=namespace).to_dict()
+            return resource.get(name=name, namespace=namespace,
+                                _request_timeout=REQUEST_TIMEOUT).to_dict()
         except dynamic.exceptions.NotFoundError:
             return None
 
+    def get_child(self, api_version: str, kind: str, run: RunRef, name: str) -> dict | None:
+        """A child of ``run`` by name; ChildConflict if that name holds someone else's."""
+        obj = self.get(api_version, kind, run.namespace, name)
+        if obj is not None and not controlled_by(obj, run.uid):
+            raise ChildConflict(obj, run.uid)
+        return obj
+
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         self._count()
-        pods = self.core.list_namespaced_pod(namespace, label_selector=selector)
+        pods = self.core.list_namespaced_pod(namespace, label_selector=selector,
+                                             _request_timeout=REQUEST_TIMEOUT)
         return [self.api.sanitize_for_serialization(p) for p in pods.items]
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:
-        """Create ``obj``; an existing object of that name is left as it is (returns False)."""
+        """Create the child ``obj``; one of that name already there is left as it is (returns
+        False) if the same run controls it, else ChildConflict."""
         self._count()
+        meta = obj["metadata"]
         resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         try:
-            resource.create(body=obj, namespace=obj["metadata"]["namespace"])
+            resource.create(body=obj, namespace=meta["namespace"],
+                            _request_timeout=REQUEST_TIMEOUT)
             return True
         except dynamic.exceptions.ConflictError:
-            return False
+            pass
+        uid = _controller_uid(obj)
+        existing = self.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        if existing is not None and not controlled_by(existing, uid):
+            raise ChildConflict(existing, uid)
+        return False
 
     def ensure_config_map(self, obj: dict[str, Any]) -> None:
         """Create the ConfigMap, or replace its data when it differs (the run config changes
@@ -95,12 +141,12 @@ class Kube:
         if self.create_if_absent(obj):
             return
         meta = obj["metadata"]
-        self._count()
-        current = self.core.read_namespaced_config_map(meta["name"], meta["namespace"])
-        if (current.data or {}) != obj["data"]:
+        current = self.get("v1", "ConfigMap", meta["namespace"], meta["name"]) or {}
+        if (current.get("data") or {}) != obj["data"]:
             self._count()
             self.core.patch_namespaced_config_map(meta["name"], meta["namespace"],
-                                                  {"data": obj["data"]})
+                                                  {"data": obj["data"]},
+                                                  _request_timeout=REQUEST_TIMEOUT)
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, *,
                propagation: str = "Background") -> None:
@@ -109,20 +155,22 @@ class Kube:
         resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
         with contextlib.suppress(dynamic.exceptions.NotFoundError):
             resource.delete(name=name, namespace=namespace,
-                            body={"propagationPolicy": propagation})
+                            body={"propagationPolicy": propagation},
+                            _request_timeout=REQUEST_TIMEOUT)
 
     def delete_run(self, namespace: str, name: str) -> None:
         self._count()
         with contextlib.suppress(dynamic.exceptions.NotFoundError):
             self.dynamic.resources.get(api_version=API_VERSION, kind=KIND).delete(
-                name=name, namespace=namespace, body={"propagationPolicy": "Background"})
+                name=name, namespace=namespace, body={"propagationPolicy": "Background"},
+                _request_timeout=REQUEST_TIMEOUT)
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge-patch status (null removes a field)."""
         self._count()
         self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, {"status": status}
-        )
+            GROUP, VERSION, namespace, PLURAL, name, {"status": status},
+            _request_timeout=REQUEST_TIMEOUT)
 
     def event(self, run: RunRef, type_: str, reason: str, message: str) -> None:
         self._count()
@@ -139,7 +187,8 @@ class Kube:
             reporting_component="grpo.dev/operator", reporting_instance="grpo-operator",
         )
         try:
-            self.core.create_namespaced_event(run.namespace, body)
+            self.core.create_namespaced_event(run.namespace, body,
+                                              _request_timeout=REQUEST_TIMEOUT)
         except ApiException as e:  # events are best effort
             log.warning("event %s/%s not recorded: %s", reason, run.name,
                         json.loads(e.body or "{}").get("message", e.reason))

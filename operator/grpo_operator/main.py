@@ -25,6 +25,7 @@ from grpo_operator.api.constants import (
 from grpo_operator.controller import Controller
 from grpo_operator.kube import Kube
 from grpo_operator.metrics import Metrics
+from grpo_operator.signing import load_or_create_signing_key
 
 
 @kopf.on.startup()
@@ -47,8 +48,11 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     metrics = Metrics()
     if own.metrics_port:
         metrics.serve(own.metrics_port)
-    memo.controller = Controller(Kube(client.ApiClient()), workers=own.workers,
-                                 policy=own.policy, metrics=metrics)
+    api = client.ApiClient()
+    signing_key = load_or_create_signing_key(client.CoreV1Api(api), own.namespace,
+                                             own.signing_secret)
+    memo.controller = Controller(Kube(api), workers=own.workers, policy=own.policy,
+                                 metrics=metrics, signing_key=signing_key)
     memo.controller.start()
     logging.getLogger("grpo_operator").setLevel(logging.INFO)
 

@@ -51,6 +51,10 @@ class ChildNames:
     def report_key_secret(self) -> str:
         return f"{self.run}-report-key"
 
+    @property
+    def network_policy(self) -> str:
+        return f"{self.run}-ray-ingress"
+
     def driver_job(self, attempt: int) -> str:
         """Named like the attempt's Ray submission id, so one name follows an attempt."""
         return submission_id(self.run, attempt)
@@ -58,5 +62,6 @@ class ChildNames:
 
 assert all(
     len(s) <= MAX_CHILD_SUFFIX_LENGTH
-    for s in ("-trainer", "-report", "-run-config", "-ray-auth", "-report-key", "-head-svc")
+    for s in ("-trainer", "-report", "-run-config", "-ray-auth", "-report-key", "-head-svc",
+              "-ray-ingress")
 )

@@ -21,14 +21,23 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from grpo_operator.acceptance import Refusal, accept
+from grpo_operator.acceptance import Confinement, Refusal, accept
 from grpo_operator.api.constants import ANNOTATION_RETRY, ConditionType, Outcome, Phase, Reason
 from grpo_operator.api.exit_codes import ExitCode, classify_exit
 from grpo_operator.api.ray_job import driver_termination_grace_s
-from grpo_operator.api.report import Report, ReportError, TrainerState, is_stale, parse_report
+from grpo_operator.api.report import (
+    MAX_SEQUENCE_STEP,
+    Report,
+    ReportError,
+    TrainerState,
+    is_stale,
+    parse_report,
+    signature_valid,
+)
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.api.status import (
     MAX_HISTORY,
+    MAX_RETRY_ID_LENGTH,
     MAX_SEEN_RETRY_IDS,
     BudgetRemaining,
     Children,
@@ -44,7 +53,9 @@ from grpo_operator.health import (
     ClusterHealth,
     DriverEnd,
     cluster_health,
+    disruption_of,
     driver_end,
+    exit_code,
     provisioned_at,
 )
 from grpo_operator.metering import gpu_seconds_since
@@ -76,6 +87,8 @@ class Policy:
     """How often GPU-seconds are brought up to date while GPU pods run."""
     stop_slack_seconds: float = 30.0
     """Added to the driver's grace period when waiting for the trainer's checkpoint."""
+    confinement: Confinement = field(default_factory=Confinement)
+    """What runs may reach (host directories, Secrets), judged at acceptance."""
 
 
 class Action(StrEnum):
@@ -106,6 +119,11 @@ class Observed:
     driver_job: dict[str, Any] | None = None
     driver_pods: list[dict[str, Any]] = field(default_factory=list)
     report_data: str | None = None
+    report_map_missing: bool = False
+    """The report ConfigMap was looked for and is gone (deleted mid-run)."""
+    report_signature: str | None = None
+    report_key: bytes = b""
+    """The run's report key: a report counts only if signed with it (``api.report``)."""
     gpu_pods: list[dict[str, Any]] | None = None
     """The RayCluster's pods when GPU metering is due (None: not looked at this pass)."""
     policy: Policy = field(default_factory=Policy)
@@ -176,22 +194,32 @@ def read_report(o: Observed, status: GRPORunStatus) -> tuple[Report | None, Even
     """The newest acceptable report of the current attempt, or why the stored one is not."""
     if not o.report_data:
         return None, None
+    if not signature_valid(o.report_key, o.report_data, o.report_signature):
+        return None, _rejected("unsigned report ignored" if not o.report_signature else
+                               "report with a bad signature ignored (not written by this "
+                               "run's driver)")
     try:
         report = parse_report(o.report_data)
     except ReportError as e:
-        return None, Event("Warning", "ReportRejected", f"invalid report ignored: {e}")
+        return None, _rejected(f"invalid report ignored: {e}")
     if report.attempt != status.recovery.attempt:
-        return None, Event("Warning", "ReportRejected",
-                           f"report of attempt {report.attempt} ignored during attempt "
-                           f"{status.recovery.attempt}")
+        return None, _rejected(f"report of attempt {report.attempt} ignored during attempt "
+                               f"{status.recovery.attempt}")
     cursor = status.accepted_report
     if cursor is not None and report.cursor == cursor:
         return report, None  # already mirrored
     if is_stale(report, cursor):
-        return None, Event("Warning", "ReportRejected",
-                           f"stale report ignored (attempt {report.attempt}, sequence "
-                           f"{report.sequence}; already at sequence {cursor.sequence})")
+        return None, _rejected(f"stale report ignored (attempt {report.attempt}, sequence "
+                               f"{report.sequence}; already at sequence {cursor.sequence})")
+    base = cursor.sequence if cursor is not None and cursor.attempt == report.attempt else 0
+    if report.sequence - base > MAX_SEQUENCE_STEP:
+        return None, _rejected(f"report ignored: sequence {report.sequence} jumps more than "
+                               f"{MAX_SEQUENCE_STEP} past {base}")
     return report, None
+
+
+def _rejected(message: str) -> Event:
+    return Event("Warning", str(Reason.REPORT_REJECTED), message)
 
 
 def _mirror(d: Decision, o: Observed, report: Report) -> None:
@@ -256,15 +284,17 @@ def _start_attempt(d: Decision, o: Observed, attempt: int, reason: str) -> None:
 
 
 def _restart(d: Decision, o: Observed, reason: str, message: str,
-             report: Report | None) -> None:
-    """A failure the next attempt may get past: start it, or fail if no restart is left."""
+             report: Report | None, *, counted: bool = True) -> None:
+    """A failure the next attempt may get past: start it, or fail if no restart is left.
+    An interruption the cluster caused (``counted`` False) starts the next attempt free."""
     s = d.status
-    if s.recovery.restarts >= o.spec.run_policy.max_restarts:
+    if counted and s.recovery.restarts >= o.spec.run_policy.max_restarts:
         _end(d, o, Outcome.FAILED, str(Reason.MAX_RESTARTS_EXCEEDED),
              f"{message}; no restarts left (runPolicy.maxRestarts="
              f"{o.spec.run_policy.max_restarts})", report)
         return
-    s.recovery.restarts += 1
+    if counted:
+        s.recovery.restarts += 1
     _start_attempt(d, o, s.recovery.attempt + 1, reason)
     _condition(d, o, ConditionType.RECOVERING, True, reason,
                f"attempt {s.recovery.attempt} resumes from the latest checkpoint: {message}")
@@ -276,11 +306,17 @@ def _restart(d: Decision, o: Observed, reason: str, message: str,
 
 def _finish_driver(d: Decision, o: Observed, end: DriverEnd, report: Report | None) -> None:
     terminal = report.terminal if report else None
-    if end.succeeded and terminal and terminal.outcome == Outcome.SUCCEEDED:
-        _end(d, o, Outcome.SUCCEEDED, terminal.reason, terminal.message or "training finished",
-             report)
-        return
-    if terminal is not None:  # the trainer's own account is the authority
+    if terminal and terminal.outcome == Outcome.SUCCEEDED:
+        if end.succeeded:
+            _end(d, o, Outcome.SUCCEEDED, terminal.reason,
+                 terminal.message or "training finished", report)
+            return
+        # Success takes both: the report and the driver's exit 0, which only the Job
+        # controller and the kubelet can state.
+        d.events.append(_rejected(f"terminal report of attempt {report.attempt} says "
+                                  f"Succeeded but the driver did not exit 0 ({end.message})"))
+        terminal = None
+    if terminal is not None:  # the trainer's own account of a failure is the authority
         _end(d, o, terminal.outcome, terminal.reason, terminal.message, report)
         return
     if end.succeeded:
@@ -302,6 +338,13 @@ def _finish_driver(d: Decision, o: Observed, end: DriverEnd, report: Report | No
     if failure is not None and failure.reason == disposition.reason:
         message = f"{failure.message} ({disposition.message})"
         d.events.append(Event("Warning", failure.reason, message))
+    # The cluster took the pod away (a drain's eviction, preemption, a tainted node): as Job
+    # podFailurePolicy's DisruptionTarget rules do, that is not the run's failure.
+    disruption = disruption_of(o.driver_pods)
+    if disruption is not None and (interrupted or end.exit_code is None):
+        _restart(d, o, str(Reason.DISRUPTED), f"the driver pod was disrupted: {disruption}",
+                 report, counted=False)
+        return
     _restart(d, o, "Interrupted" if interrupted else str(disposition.reason), message, report)
 
 
@@ -362,10 +405,14 @@ def _stop(d: Decision, o: Observed) -> None:
         d.requeue_after = FAST_REQUEUE_SECONDS
         return
     if report is not None and report.terminal is not None:
-        s.stopping = None  # the trainer finished first: its account stands
-        _finish_driver(d, o, DriverEnd(report.terminal.outcome == Outcome.SUCCEEDED, None, ""),
-                       report)
-        return
+        # The trainer finished first: its account stands, a success only with the driver's
+        # exit 0 (from the Job, or from its pod once the stop deleted the Job).
+        end = driver_end(o.driver_job, o.driver_pods) if o.driver_job is not None else None
+        code = end.exit_code if end is not None else exit_code(o.driver_pods)
+        if report.terminal.outcome != Outcome.SUCCEEDED or code == 0:
+            s.stopping = None
+            _finish_driver(d, o, DriverEnd(code == 0, code, ""), report)
+            return
     outcome = _ENDING_STOPS.get(stopping.reason)
     if outcome is not None:
         s.stopping = None
@@ -407,11 +454,12 @@ def _resume(d: Decision, o: Observed) -> None:
 
 def _retry_id(d: Decision, o: Observed) -> str | None:
     """A retry id not seen before (recorded now), or None."""
-    wanted = (o.annotations.get(ANNOTATION_RETRY) or "").strip()
+    # Compared as recorded (cut to 253 characters), or a longer id would never look seen
+    # and would reopen the run on every pass.
+    wanted = (o.annotations.get(ANNOTATION_RETRY) or "").strip()[:MAX_RETRY_ID_LENGTH]
     if not wanted or wanted in d.status.seen_retry_ids:
         return None
-    d.status.seen_retry_ids = bounded(d.status.seen_retry_ids, wanted[:253],
-                                      MAX_SEEN_RETRY_IDS)
+    d.status.seen_retry_ids = bounded(d.status.seen_retry_ids, wanted, MAX_SEEN_RETRY_IDS)
     return wanted
 
 
@@ -461,7 +509,7 @@ def _after_end(d: Decision, o: Observed) -> None:
 
 def _accept(d: Decision, o: Observed) -> bool:
     s = d.status
-    refusal = accept(o.spec, o.pvcs)
+    refusal = accept(o.spec, o.pvcs, o.policy.confinement)
     if refusal is not None:
         _refuse(d, o, refusal)
         return False
@@ -591,6 +639,10 @@ def decide(o: Observed) -> Decision:
         return d
 
     # Running: mirror the trainer's report, and act on the driver's end or a lost cluster.
+    if o.report_map_missing:  # made again, or the driver's reports have nowhere to go
+        d.actions.append(Action.ENSURE_RUN_CHILDREN)
+        d.events.append(Event("Warning", "ChildMissing",
+                              "the report ConfigMap was deleted: making it again"))
     report = _read_and_mirror(d, o)
     if _cluster_lost(o, s, health):
         d.delete_jobs.append(s.children.driver_job)

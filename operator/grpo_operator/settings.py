@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from grpo_operator.acceptance import HOST_PATH_PREFIXES_ENV, Confinement, host_path_prefixes
 from grpo_operator.reconcile import Policy
 
 
@@ -39,11 +40,12 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     """Settings from GRPO_* variables; a malformed one is an error naming it."""
     env = os.environ if env is None else env
     defaults = Policy()
+    signing_secret = env.get("GRPO_SIGNING_SECRET", "").strip() or Settings.signing_secret
     return Settings(
         workers=max(1, int(_number(env, "GRPO_WORKERS", 2, int))),
         metrics_port=int(_number(env, "GRPO_METRICS_PORT", 0, int)),
         namespace=env.get("GRPO_NAMESPACE", "").strip() or Settings.namespace,
-        signing_secret=env.get("GRPO_SIGNING_SECRET", "").strip() or Settings.signing_secret,
+        signing_secret=signing_secret,
         policy=Policy(
             cluster_unhealthy_seconds=_number(env, "GRPO_CLUSTER_UNHEALTHY_SECONDS",
                                               defaults.cluster_unhealthy_seconds),
@@ -51,5 +53,9 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
                                            defaults.meter_interval_seconds),
             stop_slack_seconds=_number(env, "GRPO_STOP_SLACK_SECONDS",
                                        defaults.stop_slack_seconds),
+            confinement=Confinement(
+                host_path_prefixes=host_path_prefixes(env.get(HOST_PATH_PREFIXES_ENV, "")),
+                reserved_secrets=(signing_secret,),
+            ),
         ),
     )

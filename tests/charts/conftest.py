@@ -15,6 +15,7 @@ from tests.operator.conftest import (  # noqa: F401 - fixtures
     OperatorProcess,
     chart_identity,
     grporun_crd,
+    host_path_settings,
     running_session_operator,
 )
 from tests.operator.lifecycle.runs import Runs
@@ -38,7 +39,8 @@ def chart_operator(cluster, chart_identity, tmp_path_factory,  # noqa: F811
         yield running
         return
     process = OperatorProcess(cluster, tmp_path_factory.mktemp("chart-operator") / "operator.log",
-                              kubeconfig=chart_identity.kubeconfig)
+                              kubeconfig=chart_identity.kubeconfig,
+                              env=host_path_settings(tmp_path_factory))
     process.start()
     yield process
     process.stop()

@@ -14,6 +14,8 @@ from tests.operator.conftest import RELEASE, RELEASE_NAMESPACE, helm
 pytestmark = pytest.mark.cluster
 
 NS = "default"  # any namespace: the session's release serves the whole cluster
+# The release's report-signing key (the chart's fullname + "-report-signing").
+SIGNING_SECRET = f"{RELEASE}-report-signing"
 
 # (verb, group, resource, namespace) the operator must be allowed: a denial here would show up
 # as a 403 in a lifecycle test.
@@ -26,13 +28,18 @@ ALLOWED = [
     ("patch", "grpo.dev", "grporuns/status", NS),
     ("create", "", "events", NS),
     ("create", "", "serviceaccounts", NS),
+    ("get", "", "serviceaccounts", NS),
     ("create", "", "secrets", NS),
+    ("get", "", "secrets", NS),
     ("create", "", "configmaps", NS),
     ("get", "", "configmaps", NS),
     ("patch", "", "configmaps", NS),
-    ("update", "", "configmaps", NS),
     ("create", "rbac.authorization.k8s.io", "roles", NS),
+    ("get", "rbac.authorization.k8s.io", "roles", NS),
     ("create", "rbac.authorization.k8s.io", "rolebindings", NS),
+    ("get", "rbac.authorization.k8s.io", "rolebindings", NS),
+    ("create", "networking.k8s.io", "networkpolicies", NS),
+    ("get", "networking.k8s.io", "networkpolicies", NS),
     ("create", "ray.io", "rayclusters", NS),
     ("get", "ray.io", "rayclusters", NS),
     ("list", "ray.io", "rayclusters", NS),
@@ -47,17 +54,24 @@ ALLOWED = [
     ("watch", "apiextensions.k8s.io", "customresourcedefinitions", None),
 ]
 
-# What it must not do: read any Secret, write what it does not own, touch the RayCluster's
-# spec (Kueue owns spec.suspend), widen anyone's rights.
+# What it must not do: list or change Secrets (it reads one by name only when a child's name is
+# taken, to see who controls it), write what it does not own, touch the RayCluster's spec
+# (Kueue owns spec.suspend), widen anyone's rights.
 DENIED = [
-    ("get", "", "secrets", NS),
     ("list", "", "secrets", NS),
+    ("update", "", "secrets", NS),
+    ("patch", "", "secrets", NS),
+    ("delete", "", "secrets", NS),
     ("watch", "", "secrets", None),
     ("update", "grpo.dev", "grporuns", NS),
     ("create", "grpo.dev", "grporuns", NS),
     ("update", "grpo.dev", "grporuns/status", NS),
     ("list", "", "configmaps", NS),
+    ("update", "", "configmaps", NS),
     ("delete", "", "configmaps", NS),
+    ("list", "networking.k8s.io", "networkpolicies", NS),
+    ("patch", "networking.k8s.io", "networkpolicies", NS),
+    ("delete", "networking.k8s.io", "networkpolicies", NS),
     ("patch", "ray.io", "rayclusters", NS),
     ("update", "ray.io", "rayclusters", NS),
     ("list", "batch", "jobs", NS),
@@ -76,14 +90,14 @@ DENIED = [
 
 
 def can(api: client.ApiClient, verb: str, group: str, resource: str,
-        namespace: str | None) -> bool:
+        namespace: str | None, name: str | None = None) -> bool:
     """The API server's answer to a SelfSubjectAccessReview made as ``api``'s user."""
     resource, _, subresource = resource.partition("/")
     review = client.AuthorizationV1Api(api).create_self_subject_access_review(
         client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
             resource_attributes=client.V1ResourceAttributes(
                 verb=verb, group=group, resource=resource, subresource=subresource or None,
-                namespace=namespace))))
+                namespace=namespace, name=name))))
     return review.status.allowed
 
 
@@ -124,13 +138,15 @@ def test_the_operator_identity_may_do_nothing_else(as_operator, case):
     assert not can(as_operator, *case)
 
 
-def test_reading_a_secret_is_refused_by_the_api_server(as_operator, k8s_api):
-    """Not only the review: reading or listing a Secret that exists is a 403."""
-    secret = client.CoreV1Api(k8s_api).create_namespaced_secret(NS, client.V1Secret(
-        metadata=client.V1ObjectMeta(generate_name="chart-test-"), string_data={"k": "v"}))
-    core = client.CoreV1Api(as_operator)
-    for call, args in ((core.read_namespaced_secret, (secret.metadata.name, NS)),
-                       (core.list_namespaced_secret, (NS,))):
-        with pytest.raises(client.ApiException) as refused:
-            call(*args)
-        assert refused.value.status == 403
+def test_listing_secrets_is_refused_by_the_api_server(as_operator):
+    """Not only the review: listing Secrets is a 403 (one is read by name only)."""
+    with pytest.raises(client.ApiException) as refused:
+        client.CoreV1Api(as_operator).list_namespaced_secret(NS)
+    assert refused.value.status == 403
+
+
+def test_the_signing_secret_is_made_and_read_in_the_release_namespace(as_operator):
+    assert can(as_operator, "get", "", "secrets", RELEASE_NAMESPACE, SIGNING_SECRET)
+    assert can(as_operator, "create", "", "secrets", RELEASE_NAMESPACE)
+    for verb in ("list", "watch", "update", "patch", "delete"):
+        assert not can(as_operator, verb, "", "secrets", RELEASE_NAMESPACE, SIGNING_SECRET), verb

@@ -55,10 +55,14 @@ RUN_GRANTS = {
     ("grpo.dev", "grporuns/status", "patch"),
     ("", "events", "create"),
     ("", "configmaps", "create"), ("", "configmaps", "get"), ("", "configmaps", "patch"),
-    ("", "configmaps", "update"),
-    ("", "serviceaccounts", "create"), ("", "secrets", "create"),
+    ("", "serviceaccounts", "create"), ("", "serviceaccounts", "get"),
+    ("", "secrets", "create"), ("", "secrets", "get"),
     ("rbac.authorization.k8s.io", "roles", "create"),
+    ("rbac.authorization.k8s.io", "roles", "get"),
     ("rbac.authorization.k8s.io", "rolebindings", "create"),
+    ("rbac.authorization.k8s.io", "rolebindings", "get"),
+    ("networking.k8s.io", "networkpolicies", "create"),
+    ("networking.k8s.io", "networkpolicies", "get"),
     ("ray.io", "rayclusters", "create"), ("ray.io", "rayclusters", "get"),
     ("ray.io", "rayclusters", "list"), ("ray.io", "rayclusters", "watch"),
     ("ray.io", "rayclusters", "delete"),
@@ -67,6 +71,28 @@ RUN_GRANTS = {
 }
 CRD_GRANTS = {("apiextensions.k8s.io", "customresourcedefinitions", "list"),
               ("apiextensions.k8s.io", "customresourcedefinitions", "watch")}
+SIGNING = "grpo-operator-report-signing"  # the release's fullname + "-report-signing"
+# In the release namespace only: the operator's report-signing key, read by name, or created.
+SIGNING_RULES = [
+    {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [SIGNING], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+]
+
+
+def signing_role(docs: list[dict]) -> dict:
+    """The release namespace's signing Role, checked bound to the release's ServiceAccount."""
+    [role] = [r for r in by_kind(docs, "Role") if r["metadata"]["name"] == SIGNING]
+    [binding] = [b for b in by_kind(docs, "RoleBinding") if b["metadata"]["name"] == SIGNING]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "grpo-system"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": SIGNING}
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "grpo-operator", "namespace": "grpo-system"}]
+    return role
+
+
+def run_roles(docs: list[dict]) -> list[dict]:
+    return [r for r in by_kind(docs, "Role") if r["metadata"]["name"] != SIGNING]
 
 
 @pytest.mark.parametrize("extra", [(), NAMESPACED], ids=["cluster-wide", "namespaced"])
@@ -79,8 +105,11 @@ def test_lint_passes_strictly(helm_bin, extra):
 def test_default_is_one_cluster_wide_role_with_exactly_the_operators_grants(helm_bin):
     docs = render(helm_bin)
     assert {d["kind"] for d in docs} == {
-        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"}
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+        "Deployment", "Service"}
     assert grants(rules_of(docs, "ClusterRole")) == RUN_GRANTS | CRD_GRANTS
+    assert run_roles(docs) == []
+    assert signing_role(docs)["rules"] == SIGNING_RULES
     binding = by_kind(docs, "ClusterRoleBinding")[0]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "grpo-operator", "namespace": "grpo-system"}]
@@ -90,12 +119,13 @@ def test_default_is_one_cluster_wide_role_with_exactly_the_operators_grants(helm
 
 def test_namespaced_grants_stay_in_the_listed_namespaces(helm_bin):
     docs = render(helm_bin, *NAMESPACED)
-    roles = by_kind(docs, "Role")
+    roles = run_roles(docs)
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         assert grants(role["rules"]) == RUN_GRANTS
-    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == [
-        "team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")
+                  if b["metadata"]["name"] != SIGNING) == ["team-a", "team-b"]
+    assert signing_role(docs)["rules"] == SIGNING_RULES
     # Cluster-wide, only kopf's discovery: the CRD and the namespaces, read-only.
     assert grants(rules_of(docs, "ClusterRole")) == CRD_GRANTS | {
         ("", "namespaces", "list"), ("", "namespaces", "watch")}
@@ -104,13 +134,24 @@ def test_namespaced_grants_stay_in_the_listed_namespaces(helm_bin):
 
 
 @pytest.mark.parametrize("extra", [(), NAMESPACED], ids=["cluster-wide", "namespaced"])
-def test_no_wildcards_and_secrets_are_only_created(helm_bin, extra):
+def test_no_wildcards_and_secrets_are_only_created_and_read_by_name(helm_bin, extra):
     docs = render(helm_bin, *extra)
     rules = rules_of(docs, "ClusterRole") + rules_of(docs, "Role")
     for rule in rules:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
-    assert {v for g, r, v in grants(rules) if r == "secrets"} == {"create"}
+    unnamed = [rule for rule in rules if not rule.get("resourceNames")]
+    assert {v for g, r, v in grants(unnamed) if r == "secrets"} == {"create", "get"}
+    named = [rule for rule in rules if rule.get("resourceNames")]
+    assert named == [SIGNING_RULES[0]]
+
+
+def test_the_signing_secret_follows_the_fullname(helm_bin):
+    role = signing_role(render(helm_bin))
+    assert role["rules"][0]["resourceNames"] == [SIGNING]
+    [renamed] = [r for r in by_kind(render(helm_bin, "--set", "fullnameOverride=grpo"), "Role")
+                 if r["metadata"]["name"] == "grpo-report-signing"]
+    assert renamed["rules"][0]["resourceNames"] == ["grpo-report-signing"]
 
 
 def test_the_deployment_is_one_recreated_hardened_pod_probed_by_kopf(helm_bin):
@@ -165,6 +206,26 @@ def test_metrics_are_served_by_default_and_can_be_turned_off(helm_bin):
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"][
         "labels"].items()
+
+
+def test_host_path_prefixes_reach_the_operator_only_when_set(helm_bin):
+    def env_of(*args: str) -> dict:
+        container = by_kind(render(helm_bin, *args), "Deployment")[0]["spec"]["template"][
+            "spec"]["containers"][0]
+        return {e["name"]: e.get("value") for e in container["env"]}
+
+    assert "GRPO_HOSTPATH_PREFIXES" not in env_of()  # the operator then refuses every hostPath
+    env = env_of("--set", "hostPathPrefixes={/mnt/grpo,/srv/data/}")
+    assert env["GRPO_HOSTPATH_PREFIXES"] == "/mnt/grpo,/srv/data/"
+
+
+@pytest.mark.parametrize("prefix", ["mnt/grpo", "/mnt/../etc", "/mnt/./grpo", "/a//b", ""])
+def test_the_schema_refuses_a_host_path_prefix_that_is_not_a_plain_absolute_path(helm_bin,
+                                                                                 prefix):
+    proc = run_helm(helm_bin, "template", "x", str(CHART), "--set-json",
+                    f'hostPathPrefixes=["{prefix}"]')
+    assert proc.returncode != 0
+    assert "at '/hostPathPrefixes/0'" in proc.stderr, proc.stderr
 
 
 def test_a_service_monitor_without_metrics_is_refused(helm_bin):

@@ -18,6 +18,8 @@ pytestmark = pytest.mark.cluster
 
 RELEASE = "grpo-team"
 RELEASE_NAMESPACE = "grpo-team-system"
+# The chart's fullname is "<release>-grpo-operator" for a release not named after the chart.
+SIGNING_SECRET = f"{RELEASE}-grpo-operator-report-signing"
 
 
 @pytest.fixture(scope="module")
@@ -42,12 +44,21 @@ def test_the_grant_stops_at_the_listed_namespace(team):
     try:
         for verb, group, resource in (("create", "", "configmaps"), ("create", "", "secrets"),
                                       ("create", "ray.io", "rayclusters"),
+                                      ("create", "networking.k8s.io", "networkpolicies"),
                                       ("list", "grpo.dev", "grporuns"),
                                       ("patch", "grpo.dev", "grporuns/status")):
             assert can(api, verb, group, resource, served), (verb, resource, served)
             assert not can(api, verb, group, resource, other), (verb, resource, other)
         assert not can(api, "list", "grpo.dev", "grporuns", None)
-        assert not can(api, "get", "", "secrets", served)
+        assert can(api, "get", "", "secrets", served)  # whose is a child's name, if taken
+        assert not can(api, "get", "", "secrets", other)
+        assert not can(api, "list", "", "secrets", served)
+        assert not can(api, "update", "", "configmaps", served)
+        # Its report-signing key, in its own namespace only, and by that name only.
+        assert can(api, "get", "", "secrets", RELEASE_NAMESPACE, SIGNING_SECRET)
+        assert can(api, "create", "", "secrets", RELEASE_NAMESPACE)
+        assert not can(api, "get", "", "secrets", RELEASE_NAMESPACE, "another-secret")
+        assert not can(api, "list", "", "secrets", RELEASE_NAMESPACE)
         # kopf's cluster-wide discovery, read-only.
         assert can(api, "list", "", "namespaces", None)
         assert can(api, "watch", "apiextensions.k8s.io", "customresourcedefinitions", None)
@@ -68,8 +79,7 @@ def test_a_run_outside_the_listed_namespace_is_left_alone(cluster, k8s_api, team
         ours.create(manifest("here", str(tmp_path), **over_budget))
         team_operator = OperatorProcess(cluster, tmp_path / "team-operator.log",
                                         kubeconfig=identity.kubeconfig,
-                                        env={"WATCH_NAMESPACES": ",".join(
-                                            identity.watch_namespaces)})
+                                        env=identity.operator_env)
         team_operator.start()
         try:
             wait_for(lambda: ours.phase("here") == "Failed", 30, what="the served run")

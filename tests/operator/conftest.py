@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -75,6 +75,9 @@ class ChartIdentity:
     service_account: str
     kubeconfig: Path
     watch_namespaces: tuple[str, ...] = ()
+    operator_env: dict[str, str] = field(default_factory=dict)
+    """The operator's environment as the release's Deployment sets it (the downward API's
+    namespace resolved)."""
 
     @property
     def user(self) -> str:
@@ -109,9 +112,15 @@ def install_chart(cluster, admin: client.ApiClient, release: str, namespace: str
                                           token=token)
     deployment = client.AppsV1Api(admin).list_namespaced_deployment(
         namespace, label_selector=f"app.kubernetes.io/instance={release}").items[0]
-    env = {e.name: e.value for e in deployment.spec.template.spec.containers[0].env or []}
+    env = {}
+    for var in deployment.spec.template.spec.containers[0].env or []:
+        field_ref = var.value_from.field_ref if var.value_from else None
+        if field_ref is not None and field_ref.field_path == "metadata.namespace":
+            env[var.name] = namespace
+        elif var.value is not None:
+            env[var.name] = var.value
     watched = tuple(n for n in env.get("WATCH_NAMESPACES", "").split(",") if n)
-    return ChartIdentity(release, namespace, account, kubeconfig, watched)
+    return ChartIdentity(release, namespace, account, kubeconfig, watched, env)
 
 
 @pytest.fixture(scope="session")
@@ -134,6 +143,13 @@ OPERATOR_SETTINGS = {
 METRICS_URL = f"http://127.0.0.1:{OPERATOR_SETTINGS['GRPO_METRICS_PORT']}/metrics"
 
 
+def host_path_settings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Runs mount their inputs from the tests' temporary directories: the operator allows
+    hostPath volumes under this session's base directory and nowhere else, so a path outside
+    it is refused as a production install refuses one."""
+    return {"GRPO_HOSTPATH_PREFIXES": str(tmp_path_factory.getbasetemp())}
+
+
 def running_session_operator(request: pytest.FixtureRequest) -> OperatorProcess | None:
     """The session's operator if it has been started (and not yet stopped for good)."""
     return request.config.stash.setdefault(_SESSION, {}).get("operator")
@@ -145,7 +161,9 @@ def operator(cluster, chart_identity, tmp_path_factory, request) -> Iterator[Ope
     (cluster-wide release), so every test that drives it exercises the chart's RBAC. At the
     end of the session its log must show no request refused by RBAC."""
     process = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log",
-                              kubeconfig=chart_identity.kubeconfig, env=OPERATOR_SETTINGS)
+                              kubeconfig=chart_identity.kubeconfig,
+                              env={**chart_identity.operator_env, **OPERATOR_SETTINGS,
+                                   **host_path_settings(tmp_path_factory)})
     process.start()
     registry = request.config.stash.setdefault(_SESSION, {})
     registry["operator"] = process

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grpo_operator.kube import merge_patch
+from grpo_operator.kube import controlled_by, merge_patch
 
 
 def apply(doc: dict, patch: dict) -> dict:
@@ -28,3 +28,11 @@ def test_merge_patch_sends_changes_and_nulls_for_dropped_fields():
                      "conditions": [{"type": "Failed"}, {"type": "Recovering"}]}
     assert apply(old, patch) == new
     assert merge_patch(new, new) == {}
+
+
+def test_a_child_counts_only_when_this_run_controls_it():
+    mine = {"metadata": {"ownerReferences": [{"uid": "u-1", "controller": True}]}}
+    assert controlled_by(mine, "u-1")
+    assert not controlled_by(mine, "u-2")
+    assert not controlled_by({"metadata": {"ownerReferences": [{"uid": "u-1"}]}}, "u-1")
+    assert not controlled_by({"metadata": {}}, "u-1")

@@ -7,7 +7,14 @@ import json
 
 import pytest
 
-from grpo_operator.api.report import MAX_REPORT_BYTES, Report, TrainerState
+from grpo_operator.acceptance import Confinement
+from grpo_operator.api.report import (
+    MAX_REPORT_BYTES,
+    MAX_SEQUENCE_STEP,
+    Report,
+    TrainerState,
+    sign_report,
+)
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.api.status import (
     ArtifactRef,
@@ -17,7 +24,7 @@ from grpo_operator.api.status import (
     TrainerLedger,
     TrainerTerminal,
 )
-from grpo_operator.reconcile import Action, Observed, decide
+from grpo_operator.reconcile import Action, Observed, Policy, decide
 
 NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
 SPEC = GRPORunSpec.model_validate({
@@ -30,6 +37,8 @@ SPEC = GRPORunSpec.model_validate({
     "checkpoint": {"volume": {"hostPath": {"path": "/c"}}},
     "budget": {"maxGeneratedTokens": 1000},
 })
+# SPEC mounts host directories: an installation that allows them, as the local cluster's does.
+HOST_PATHS = Policy(confinement=Confinement(host_path_prefixes=("/",)))
 HEALTHY_RC = {"metadata": {"name": "r"}, "status": {
     "readyWorkerReplicas": 1,
     "conditions": [{"type": "HeadPodReady", "status": "True"}]}}
@@ -45,9 +54,21 @@ def _pod(code: int) -> dict:
     return {"status": {"containerStatuses": [{"state": {"terminated": {"exitCode": code}}}]}}
 
 
+REPORT_KEY = b"k" * 32
+
+
+def signed(kw: dict) -> dict:
+    """Observed's fields with the report signed by the run's key, as the driver writes it
+    (unless the test gives its own report_signature)."""
+    kw.setdefault("report_key", REPORT_KEY)
+    if kw.get("report_data") and "report_signature" not in kw:
+        kw["report_signature"] = sign_report(REPORT_KEY, kw["report_data"])
+    return kw
+
+
 def observe(status: GRPORunStatus | None = None, **kw) -> Observed:
     return Observed(name="r", generation=1, spec=SPEC, status=status or GRPORunStatus(),
-                    now=NOW, **kw)
+                    now=NOW, **signed({"policy": HOST_PATHS, **kw}))
 
 
 def running_status() -> GRPORunStatus:
@@ -126,6 +147,50 @@ def test_bad_reports_are_ignored_with_a_warning(data, why):
     assert why in warnings[0].message
     assert d.status.ledger.completed_steps == 2  # unchanged
     assert d.status.phase == "Running"
+
+
+@pytest.mark.parametrize(("signature", "why"), [
+    (None, "unsigned"),
+    ("0" * 64, "bad signature"),
+    (sign_report(b"another run's key" * 2, report(4, steps=3)), "bad signature"),
+])
+def test_a_report_counts_only_signed_with_the_runs_key(signature, why):
+    status = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                            report_data=report(3, steps=2))).status
+    d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                       report_data=report(4, steps=3), report_signature=signature))
+    assert [e.reason for e in d.events] == ["ReportRejected"] and why in d.events[0].message
+    assert d.status.ledger.completed_steps == 2
+    assert d.status.accepted_report == ReportCursor(attempt=1, sequence=3)
+
+
+def test_a_sequence_jump_past_the_bound_is_refused_and_later_reports_still_count():
+    status = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                            report_data=report(3, steps=1))).status
+    huge = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                          report_data=report(2**53, steps=3)))
+    assert [e.reason for e in huge.events] == ["ReportRejected"]
+    assert "jumps" in huge.events[0].message
+    assert huge.status.accepted_report.sequence == 3
+    first = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                           report_data=report(MAX_SEQUENCE_STEP + 1)))
+    assert "jumps" in first.events[0].message and first.status.accepted_report is None
+    genuine = decide(observe(huge.status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                             report_data=report(9, steps=2)))
+    assert genuine.events == [] and genuine.status.ledger.completed_steps == 2
+
+
+def test_a_terminal_success_report_without_the_drivers_exit_0_is_not_a_success():
+    """A signed-looking Succeeded report, then the driver pod deleted (no exit code): the
+    attempt is lost and restarted, never Succeeded."""
+    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+                       report_data=finished()))
+    assert d.status.phase == "Recovering" and d.status.terminal is None
+    assert ("Warning", "ReportRejected") in [(e.type, e.reason) for e in d.events]
+    crashed = decide(observe(running_status(), ray_cluster=HEALTHY_RC,
+                             driver_job=_job("Failed"), driver_pods=[_pod(1)],
+                             report_data=finished()))
+    assert crashed.status.phase == "Recovering"
 
 
 def test_a_stale_report_is_ignored_and_the_same_one_is_not_news():
@@ -248,3 +313,10 @@ def test_a_missing_driver_job_is_created_again_under_the_same_attempt():
     d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=None))
     assert d.status.phase == "Running" and d.status.recovery.attempt == 1
     assert Action.ENSURE_DRIVER_JOB in d.actions
+
+
+def test_a_report_config_map_deleted_mid_run_is_made_again():
+    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                       report_map_missing=True))
+    assert Action.ENSURE_RUN_CHILDREN in d.actions and d.status.phase == "Running"
+    assert [e.reason for e in d.events] == ["ChildMissing"]

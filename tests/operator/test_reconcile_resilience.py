@@ -11,13 +11,16 @@ from grpo_operator.api.status import CheckpointRef, GRPORunStatus, TrainerLedger
 from grpo_operator.reconcile import Action, Observed, Policy, decide
 from tests.operator.test_reconcile import (
     HEALTHY_RC,
+    HOST_PATHS,
     NOW,
     RUNNING_JOB,
     SPEC,
     _job,
     _pod,
+    finished,
     report,
     running_status,
+    signed,
 )
 
 SECOND = datetime.timedelta(seconds=1)
@@ -32,7 +35,7 @@ def spec(**sections):
 
 def at(status: GRPORunStatus, seconds: float = 0, spec_=SPEC, **kw) -> Observed:
     return Observed(name="r", generation=1, spec=spec_, status=status,
-                    now=NOW + seconds * SECOND, **kw)
+                    now=NOW + seconds * SECOND, **signed({"policy": HOST_PATHS, **kw}))
 
 
 def suspended_report(sequence: int = 5, attempt: int = 1) -> str:
@@ -81,6 +84,26 @@ def test_cancel_stops_the_driver_with_a_checkpoint_then_ends_keeping_the_ledger(
     assert s.ledger.completed_steps == 2  # the ledger of the last report
     assert s.recovery.last_checkpoint.step == 2
     assert Action.DELETE_RAY_CLUSTER in done.actions
+
+
+def test_a_stop_ends_succeeded_only_on_the_drivers_exit_0():
+    """The trainer finished as the cancel came: its Succeeded report stands only with the
+    driver's exit 0 (Job or pod); without it the run ends as the stop says."""
+    cancel = spec(run_policy={"cancel": True})
+    asking = decide(at(running_status(), 0, cancel, ray_cluster=HEALTHY_RC,
+                       driver_job=RUNNING_JOB)).status
+    done = finished()
+    from_pod = decide(at(asking, 2, cancel, ray_cluster=HEALTHY_RC, driver_pods=[_pod(0)],
+                         report_data=done))
+    assert from_pod.status.phase == "Succeeded"
+    from_job = decide(at(asking, 2, cancel, ray_cluster=HEALTHY_RC,
+                         driver_job=_job("Complete"), report_data=done))
+    assert from_job.status.phase == "Succeeded"
+    unconfirmed = decide(at(asking, 2, cancel, ray_cluster=HEALTHY_RC, report_data=done))
+    assert unconfirmed.status.phase == "Cancelled"
+    crashed = decide(at(asking, 2, cancel, ray_cluster=HEALTHY_RC, driver_pods=[_pod(1)],
+                        report_data=done))
+    assert crashed.status.phase == "Cancelled"
 
 
 def test_a_stop_waits_no_longer_than_the_drivers_grace_period():
@@ -150,7 +173,7 @@ def test_the_pre_running_deadline_counts_from_creation_and_stops_at_the_first_re
     limited = spec(budget={"pre_running_deadline_seconds": 60})
     created = NOW - 30 * SECOND
     accepted = decide(Observed(name="r", generation=1, spec=limited, status=GRPORunStatus(),
-                               now=NOW, created=created)).status
+                               now=NOW, created=created, policy=HOST_PATHS)).status
     assert accepted.pre_running_since == created
     waiting = decide(at(accepted, 27, limited, ray_cluster=rc_created(0)))
     assert waiting.status.phase == "Provisioning" and waiting.status.stopping is None
@@ -251,6 +274,32 @@ def test_recovering_on_a_cluster_that_stays_unready_recreates_it_once_past_the_b
     assert past.status.recovery.restarts == 1  # the driver's failure, not another
 
 
+def disrupted_pod(code: int | None) -> dict:
+    pod = _pod(code) if code is not None else {"status": {}}
+    pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True",
+                                    "reason": "EvictionByEvictionAPI",
+                                    "message": "Eviction API: evicting"}]
+    return pod
+
+
+def test_an_evicted_driver_costs_no_restart():
+    """A drain evicts the driver: it checkpoints and exits SUSPENDED (13), or vanishes."""
+    for code in (13, None):
+        status = running_status()
+        status.recovery.restarts = SPEC.run_policy.max_restarts  # none left
+        d = decide(at(status, 1, ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+                      driver_pods=[disrupted_pod(code)]))
+        s = d.status
+        assert s.phase == "Recovering", s.terminal
+        assert (s.recovery.attempt, s.recovery.restarts) == (2, SPEC.run_policy.max_restarts)
+        assert s.recovery.history[-1].reason == "Disrupted"
+        assert "EvictionByEvictionAPI" in s.condition("Recovering").message
+    # A crash of a pod that also happens to be disrupted is still the run's failure.
+    crashed = decide(at(running_status(), 1, ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+                        driver_pods=[disrupted_pod(1)]))
+    assert crashed.status.recovery.restarts == 1
+
+
 # --- GPU metering -------------------------------------------------------------------------------
 
 def gpu_pod(gpus: int, started_seconds: float, phase: str = "Running") -> dict:
@@ -306,6 +355,15 @@ def test_a_retry_id_reopens_a_failed_run_once():
     failed_again.seen_retry_ids = ["op-1"]
     same = decide(at(failed_again, 60, annotations={"grpo.dev/retry": "op-1"}))
     assert same.status.phase == "Failed" and same.status.recovery.attempt == 1
+
+
+def test_a_retry_id_longer_than_a_name_reopens_once_too():
+    long_id = "x" * 300
+    retried = decide(at(failed_run(), 60, annotations={"grpo.dev/retry": long_id})).status
+    assert retried.recovery.attempt == 2 and retried.seen_retry_ids == [long_id[:253]]
+    retried.phase, retried.terminal = failed_run().phase, failed_run().terminal
+    again = decide(at(retried, 120, annotations={"grpo.dev/retry": long_id}))
+    assert again.status.recovery.attempt == 2 and again.status.phase == "Failed"
 
 
 def test_a_retry_id_first_seen_before_the_failure_is_not_acted_on():

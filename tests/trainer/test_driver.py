@@ -1,8 +1,11 @@
 """The driver (`python -m grpo_trainer submit`) against a real local Ray head.
 
-Every driver runs as a subprocess, as in its pod; the "trainers" are tiny Python scripts
-submitted with --entrypoint (`driver_harness`). Each test uses its own run name, so jobs on the
-shared head never collide.
+Every driver runs as a subprocess, as in its pod, except where a test hands the driver a relay
+of its own (then it runs in-process); the "trainers" are tiny Python scripts submitted with
+--entrypoint (`driver_harness`). Each test uses its own run name, so jobs on the shared head
+never collide. The report relay's tests marked ``cluster`` write the report ConfigMap of a
+real API server, with the run's own identity, through a fault-injecting proxy where they fail
+writes (`apiserver_proxy`).
 """
 
 from __future__ import annotations
@@ -10,13 +13,27 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import signal
 import socket
 
 import pytest
+from kubernetes import client
 from ray.job_submission import JobStatus
 
 from grpo_operator.api.exit_codes import ExitCode
+from grpo_operator.api.report import (
+    REPORT_KEY,
+    REPORT_SIGNATURE_KEY,
+    TrainerState,
+    parse_report,
+    sign_report,
+    signature_valid,
+)
+from grpo_operator.api.status import TrainerLedger
+from grpo_operator.children import identity
+from grpo_operator.children.meta import RunRef
+from grpo_operator.naming import ChildNames
 from grpo_trainer.driver import settings
 from grpo_trainer.driver.logs import LogFollower
 from grpo_trainer.driver.outcome import (
@@ -25,7 +42,11 @@ from grpo_trainer.driver.outcome import (
     decide_exit,
     exit_line,
 )
+from grpo_trainer.driver.relay import Backoff, ConfigMapSink, ReportRelay
+from grpo_trainer.driver.submit import Submission, Timeouts, run_submission
+from grpo_trainer.reporting import REPORT_MARKER, Reporter, parse_report_line
 from localcluster.processes import free_port
+from tests.trainer.apiserver_proxy import FaultProxy
 from tests.trainer.driver_harness import Run
 from tests.waiting import wait_for
 
@@ -299,3 +320,243 @@ def test_the_log_reaches_stdout_exactly_once_across_a_broken_stream():
     assert out.getvalue() == "".join(chunks)
     assert stream.opened == 2
     assert follower.announced_code == 13
+
+
+# --- the report relay -----------------------------------------------------------------------------
+
+# A trainer whose log holds report lines that cannot be reports between its genuine ones
+# (published with the real Reporter): Starting, Running, then Finished — Succeeded (exit 0)
+# or, with IS_FAILURE, Failed because an input changed (exit 11).
+REPORTING_TRAINER = """
+    import datetime, sys
+    from grpo_operator.api.constants import Outcome, Reason
+    from grpo_operator.api.exit_codes import ExitCode
+    from grpo_operator.api.report import TrainerState
+    from grpo_operator.api.status import ArtifactRef, TrainerLedger, TrainerTerminal
+    from grpo_trainer.driver.outcome import announce_exit
+    from grpo_trainer.reporting import REPORT_MARKER, Reporter
+
+    reporter = Reporter(attempt=ATTEMPT)
+    reporter.publish(TrainerState.STARTING, TrainerLedger(planned_steps=1))
+    for bad in ('{"attempt": Infinity, "sequence": 9}', '{"attempt": ATTEMPT, "sequence": NaN}',
+                '{"attempt": ATTEMPT, "sequence": 1e999}', "[" * 5000, "garbage"):
+        print(REPORT_MARKER + bad, flush=True)
+    ledger = TrainerLedger(planned_steps=1, completed_steps=1)
+    reporter.publish(TrainerState.RUNNING, ledger)
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    if IS_FAILURE:
+        terminal = TrainerTerminal(outcome=Outcome.FAILED, reason=Reason.FROZEN_INPUT_CHANGED,
+                                   message="the dataset changed", finished_time=now)
+        code = ExitCode.FROZEN_INPUT_CHANGED
+    else:
+        terminal = TrainerTerminal(
+            outcome=Outcome.SUCCEEDED, reason=Reason.COMPLETED, finished_time=now,
+            artifact=ArtifactRef(path="/checkpoints/run/artifact", step=1, sha256="a" * 64))
+        code = ExitCode.SUCCESS
+    reporter.publish(TrainerState.FINISHED, ledger, terminal=terminal)
+    announce_exit(code)
+    sys.exit(code)
+"""
+
+
+def _reporting_trainer(run: Run, attempt: int = 1, failed: bool = False) -> str:
+    return run.trainer(REPORTING_TRAINER.replace("ATTEMPT", str(attempt))
+                       .replace("IS_FAILURE", str(failed)))
+
+
+def _submission(run: Run, entrypoint: str, attempt: int = 1) -> Submission:
+    return Submission(
+        address=run.head.address, token_file=run.head.token_file, run_name=run.name,
+        run_uid=run.uid, attempt=attempt, config_json=run.config_for(attempt).read_bytes(),
+        entrypoint=entrypoint, timeouts=Timeouts(poll=0.5),
+    )
+
+
+class _FlakySink:
+    """A sink that fails its first ``failures`` writes of the terminal report (None: all)."""
+
+    def __init__(self, failures: int | None):
+        self.failures = failures
+        self.terminal_calls = 0
+        self.written: list[str] = []
+
+    def __call__(self, text: str) -> None:
+        found = parse_report_line(REPORT_MARKER + text)
+        if found.finished:
+            self.terminal_calls += 1
+            if self.failures is None or self.terminal_calls <= self.failures:
+                raise ConnectionResetError("connection reset by peer")
+        self.written.append(text)
+
+
+@pytest.mark.parametrize(("failures", "failed", "code"), [
+    (2, False, ExitCode.SUCCESS),
+    (None, False, ExitCode.REPORT_NOT_WRITTEN),
+    # A code that ends the run by itself ends it as the report would have: it stays.
+    (None, True, ExitCode.FROZEN_INPUT_CHANGED),
+], ids=["written-on-retry", "never-written", "never-written-after-a-failure"])
+def test_a_failed_terminal_write_is_retried_and_a_lost_one_is_its_own_exit(
+    ray_head, tmp_path, caplog, failures, failed, code
+):
+    # A failing sink object stands in for the API server here; the cluster test below fails
+    # the real ConfigMap writes.
+    run = Run(ray_head, tmp_path)
+    sink = _FlakySink(failures)
+    relay = ReportRelay(sink, attempt=1, terminal_retry=Backoff(timeout=3, first=0.2))
+
+    with caplog.at_level(logging.INFO, logger="grpo_trainer.driver"):
+        exit_code = run_submission(
+            _submission(run, _reporting_trainer(run, failed=failed)), io.StringIO(), [relay])
+
+    assert exit_code == code
+    # (Reports printed close together reach the relay in one chunk: only the newest is written.)
+    states = [json.loads(text)["state"] for text in sink.written]
+    if failures is None:
+        assert states and "Finished" not in states
+        assert sink.terminal_calls >= 4  # the first write, then the retries for 3 s
+        assert "gave up writing the terminal report" in caplog.text
+        if code == ExitCode.REPORT_NOT_WRITTEN:
+            assert ("terminal report could not be written to the report ConfigMap (instead of "
+                    "exit 0): exit 17") in caplog.text
+    else:
+        assert states[-1] == "Finished"
+        assert sink.terminal_calls == failures + 1
+
+
+def test_a_driver_in_a_pod_without_its_report_key_submits_nothing(ray_head, tmp_path):
+    run = Run(ray_head, tmp_path)
+    empty = tmp_path / "report_key"
+    empty.write_bytes(b"")
+    # The API server is never asked: the key is read first.
+    pod = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(free_port())}
+    unset = run.env(**pod)
+    unset.pop(settings.REPORT_KEY_PATH_ENV, None)
+    for env, message in [(unset, "$GRPO_REPORT_KEY_PATH is not set"),
+                         (run.env(**pod, GRPO_REPORT_KEY_PATH=str(empty)),
+                          f"the report key file {empty} ($GRPO_REPORT_KEY_PATH) is empty")]:
+        result = run.submit("true", env=env)
+        assert result.returncode == ExitCode.RETRYABLE_FAILURE, result.stderr
+        assert message in result.stderr
+    assert run.jobs() == []
+
+
+# --- the report ConfigMap on a real API server --------------------------------------------------
+
+
+def _report_client(cluster, admin, namespace: str, run: Run, data: dict[str, str],
+                   host: str | None = None) -> client.ApiClient:
+    """The run's identity as the operator makes it (a ServiceAccount whose Role may only get
+    and patch the report ConfigMap), its ConfigMap holding ``data``, and a client with that
+    identity talking to ``host`` (default: the API server itself)."""
+    core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
+    ref = RunRef(run.name, namespace, run.uid)
+    names = ChildNames(run.name)
+    for body, create in [(identity.service_account(ref), core.create_namespaced_service_account),
+                         (identity.role(ref), rbac.create_namespaced_role),
+                         (identity.role_binding(ref), rbac.create_namespaced_role_binding)]:
+        body["metadata"].pop("ownerReferences")  # no GRPORun here: the GC would delete them
+        create(namespace, body)
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=names.report_config_map), data=data))
+    token = core.create_namespaced_service_account_token(
+        names.service_account, namespace,
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+            audiences=[], expiration_seconds=600)),
+    ).status.token
+    conf = client.Configuration()
+    conf.host = host or cluster.server
+    conf.ssl_ca_cert = str(cluster.pki.ca.cert)
+    conf.api_key = {"authorization": f"Bearer {token}"}
+    return client.ApiClient(conf)
+
+
+def _stored(admin, namespace: str, run: Run) -> dict[str, str]:
+    cm = client.CoreV1Api(admin).read_namespaced_config_map(
+        ChildNames(run.name).report_config_map, namespace)
+    return cm.data or {}
+
+
+REPORT_KEY_BYTES = b"the run's report key\n"
+
+
+def _seeded(attempt: int, sequence: int, key: bytes | None) -> dict[str, str]:
+    text = json.dumps({"schemaVersion": 1, "attempt": attempt, "sequence": sequence,
+                       "time": "2025-01-02T00:00:00Z", "state": "Running"})
+    return {REPORT_KEY: text, REPORT_SIGNATURE_KEY: sign_report(key, text) if key else "00"}
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize(("stored", "honoured"), [
+    (_seeded(999999, 0, None), False),  # beyond the contract's attempts, unsigned
+    (_seeded(7, 0, REPORT_KEY_BYTES), False),  # signed, but a later attempt than the driver's
+    (_seeded(2, 50, b"another key"), False),  # this attempt, badly signed
+    (_seeded(1, 0, REPORT_KEY_BYTES), False),  # signed, an earlier attempt
+    (_seeded(2, 50, REPORT_KEY_BYTES), True),  # a restarted driver of this attempt
+], ids=["huge-attempt", "later-attempt", "bad-signature", "earlier-attempt", "own-attempt"])
+def test_only_a_signed_report_of_its_own_attempt_sets_where_the_relay_starts(
+    cluster, k8s_api, namespace, tmp_path, stored, honoured
+):
+    run = Run(None, tmp_path, attempt=2)
+    api = _report_client(cluster, k8s_api, namespace, run, stored)
+    sink = ConfigMapSink(namespace, ChildNames(run.name).report_config_map, REPORT_KEY,
+                         REPORT_KEY_BYTES, core=client.CoreV1Api(api))
+    relay = ReportRelay(sink, sink.stored_cursor(2), attempt=2)
+    log = io.StringIO()
+    reporter = Reporter(attempt=2, stream=log)
+    for step in range(3):
+        reporter.publish(TrainerState.RUNNING, TrainerLedger(planned_steps=3,
+                                                             completed_steps=step))
+
+    relay.feed(log.getvalue())
+
+    data = _stored(k8s_api, namespace, run)
+    if honoured:  # sequence 2 is older than the stored 50: nothing written
+        assert data == stored
+        return
+    report = parse_report(data[REPORT_KEY])
+    assert (report.attempt, report.sequence, report.ledger.completed_steps) == (2, 2, 2)
+    assert signature_valid(REPORT_KEY_BYTES, data[REPORT_KEY], data[REPORT_SIGNATURE_KEY])
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize(("faults", "code"), [
+    (["500", "reset"], ExitCode.SUCCESS),
+    (None, ExitCode.REPORT_NOT_WRITTEN),
+], ids=["fails-twice", "always-fails"])
+def test_the_terminal_report_reaches_the_configmap_through_api_server_faults(
+    cluster, k8s_api, namespace, ray_head, tmp_path, caplog, faults, code
+):
+    run = Run(ray_head, tmp_path)
+    proxy = FaultProxy(cluster.server, cluster.pki.ca.cert)
+    try:
+        def terminal_patch(method: str, body: bytes) -> bool:
+            return method == "PATCH" and b'\\"state\\":\\"Finished\\"' in body
+
+        proxy.fail(terminal_patch, faults)
+        api = _report_client(cluster, k8s_api, namespace, run, {}, host=proxy.url)
+        sink = ConfigMapSink(namespace, ChildNames(run.name).report_config_map, REPORT_KEY,
+                             REPORT_KEY_BYTES, core=client.CoreV1Api(api))
+        relay = ReportRelay(sink, sink.stored_cursor(1), attempt=1,
+                            terminal_retry=Backoff(timeout=4, first=0.5))
+
+        with caplog.at_level(logging.INFO, logger="grpo_trainer.driver"):
+            exit_code = run_submission(_submission(run, _reporting_trainer(run)),
+                                       io.StringIO(), [relay])
+    finally:
+        proxy.close()
+
+    assert exit_code == code
+    answers = [seen.answer for seen in proxy.seen
+               if seen.method == "PATCH" and terminal_patch(seen.method, seen.body)]
+    data = _stored(k8s_api, namespace, run)
+    report = parse_report(data[REPORT_KEY])
+    assert signature_valid(REPORT_KEY_BYTES, data[REPORT_KEY], data[REPORT_SIGNATURE_KEY])
+    if faults is None:
+        assert report.state in (TrainerState.STARTING, TrainerState.RUNNING)
+        assert len(answers) >= 3 and set(answers) == {"500"}
+    else:
+        assert report.state == TrainerState.FINISHED
+        assert report.terminal.outcome == "Succeeded"
+        assert answers == ["500", "reset", "200"]
+        # Each fault reached the relay (no client retried the reset on its own).
+        assert caplog.text.count("could not relay report") == 2

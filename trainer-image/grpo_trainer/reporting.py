@@ -14,12 +14,19 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import sys
 import threading
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 from grpo_operator.api.report import Report, TrainerState
-from grpo_operator.api.status import AttemptFailure, TrainerLedger, TrainerRecovery, TrainerTerminal
+from grpo_operator.api.status import (
+    AttemptFailure,
+    ReportCursor,
+    TrainerLedger,
+    TrainerRecovery,
+    TrainerTerminal,
+)
 
 REPORT_MARKER = "GRPO_REPORT "
 
@@ -28,18 +35,47 @@ def report_line(report: Report) -> str:
     return REPORT_MARKER + report.to_json()
 
 
-def parse_report_line(line: str) -> tuple[str, tuple[int, int]] | None:
-    """The report JSON of a report line and its (attempt, sequence); None for other lines.
-    Only the cursor is read here: the operator validates the document."""
+class ReportLine(NamedTuple):
+    """A report line's document as printed, its (attempt, sequence), and whether it is the
+    attempt's terminal report (state Finished)."""
+
+    text: str
+    cursor: tuple[int, int]
+    finished: bool
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses as infinity
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
+def parse_report_line(line: str) -> ReportLine | None:
+    """The report of a report line; None for other lines and for any line that cannot be a
+    report. Only the cursor and the state are read here (the operator validates the
+    document), but strictly: a JSON object without a non-finite number anywhere (Python's
+    ``json`` accepts ``NaN`` and ``Infinity``, no other JSON reader does), and an attempt and
+    sequence that are integers within the contract's bounds. Never raises, whatever the line.
+    """
     line = line.strip()
     if not line.startswith(REPORT_MARKER):
         return None
     text = line[len(REPORT_MARKER):]
     try:
-        doc = json.loads(text)
-        return text, (int(doc["attempt"]), int(doc["sequence"]))
-    except (ValueError, KeyError, TypeError):
+        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite)
+        if not isinstance(doc, dict):
+            return None
+        cursor = ReportCursor.model_validate(
+            {"attempt": doc.get("attempt"), "sequence": doc.get("sequence")})
+    except (ValueError, RecursionError):  # RecursionError: nesting too deep for the parser
         return None
+    return ReportLine(text, (cursor.attempt, cursor.sequence),
+                      doc.get("state") == TrainerState.FINISHED)
 
 
 class Reporter:

@@ -38,6 +38,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The Secret in the release namespace holding the operator's report-signing key, which the
+operator reads, and creates when it is absent (GRPO_SIGNING_SECRET names it). */}}
+{{- define "grpo-operator.signingSecretName" -}}
+{{- printf "%s-report-signing" (include "grpo-operator.fullname" .) }}
+{{- end }}
+
 {{- define "grpo-operator.image" -}}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
@@ -49,7 +55,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/*
 What the operator does in the namespaces it serves, derived from operator/grpo_operator/kube.py,
 controller.py and main.py (the chart's README explains each rule). Nothing here lists or reads
-Secrets: the operator only creates the per-run Ray auth Secret.
+Secrets: the operator only creates the per-run Secrets (Ray auth token, report key).
 */}}
 {{- define "grpo-operator.runRules" -}}
 # kopf lists and watches GRPORuns and patches them (its finalizer/annotations); the
@@ -67,16 +73,25 @@ Secrets: the operator only creates the per-run Ray auth Secret.
   verbs: ["create"]
 # Per-run children. configmaps: the controller reads the report, patches the run config for
 # each new attempt, and RBAC's escalation check lets it create (and bind) the per-run Role,
-# which grants get/patch/update on the report ConfigMap, only if it holds those verbs itself.
+# which grants get/patch on the report ConfigMap, only if it holds those verbs itself.
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["create", "get", "patch", "update"]
+  verbs: ["create", "get", "patch"]
+# The run's identity and its Secrets (Ray token, report key). They are read only when a
+# child's name is already taken, to refuse one the run does not control (made beforehand by
+# someone else, or left by a deleted run of the same name); a Secret's values are never used:
+# the operator derives them.
 - apiGroups: [""]
   resources: ["serviceaccounts", "secrets"]
-  verbs: ["create"]
+  verbs: ["create", "get"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["create"]
+  verbs: ["create", "get"]
+# The per-run NetworkPolicy that closes the run's Ray pods to all but the run's own pods; read
+# when its name is already taken, to tell the run's own from someone else's.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["create", "get"]
 # RayClusters are watched (list/watch) so that a cluster turning ready or gone wakes its run.
 - apiGroups: ["ray.io"]
   resources: ["rayclusters"]

@@ -148,6 +148,9 @@ class ConditionType(StrEnum):
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    STALLED = "Stalled"
+    """True while the operator cannot make progress on the run (an API error, a child name
+    held by someone else, a status or spec it cannot read); it retries with backoff."""
 
 
 class ConditionStatus(StrEnum):
@@ -186,3 +189,6 @@ class Reason(StrEnum):
     RETRY = "Retry"
     MAX_RESTARTS_EXCEEDED = "MaxRestartsExceeded"
     CANCELLED = "Cancelled"
+    REPORT_REJECTED = "ReportRejected"
+    REPORT_NOT_WRITTEN = "ReportNotWritten"
+    DISRUPTED = "Disrupted"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from grpo_operator.api import checkpoint_layout, digest
+from grpo_operator.api import checkpoint_layout, confinement, digest
 from grpo_operator.api import constants as c
 from grpo_operator.api.crd import PRINTER_COLUMNS, root_schema, to_structural
 from grpo_operator.api.exit_codes import NON_RETRYABLE_EXIT_CODES, ExitCode, classify_exit
@@ -156,11 +156,53 @@ def _name_section() -> list[str]:
     return lines + [""]
 
 
+def _confinement_section() -> list[str]:
+    lines = [
+        "## Confinement",
+        "",
+        "A run reaches nothing beyond its own run. The API server refuses, on create and on "
+        "every update (rules of `spec.resources`):",
+        "",
+        "- `env[].name` that the trainer, Ray, KubeRay or the container runtime own:",
+        "",
+        "| Name | Owner | Why |",
+        "|---|---|---|",
+    ]
+    for entry in confinement.RESERVED_ENV:
+        name = f"`{entry.pattern}`" + (f" (not `{entry.open_prefix}*`)" if entry.open_prefix
+                                       else "")
+        lines.append(f"| {name} | {_cell(entry.owner)} | {_cell(entry.why)}. |")
+    suffixes = " and ".join(f"`<run>{s}`" for s in confinement.RUN_SECRET_SUFFIXES)
+    lines += [
+        "",
+        f"- Secrets named by `env[].valueFrom.secretKeyRef` or `imagePullSecrets` that are "
+        f"the operator's: a run's {suffixes} (the Ray token, and the key that signs the run's "
+        "reports), of this run or another, and the operator's own "
+        f"`<release>{confinement.SIGNING_SECRET_SUFFIX}` (the key the report keys derive "
+        "from). The rule goes by the suffix, so a user's Secret named so is refused too.",
+        "- `extraResources` naming " + ", ".join(f"`{n}`" for n in confinement.NATIVE_RESOURCES)
+        + " (set by `worker`), `gpuResourceName`, or any GPU resource ("
+        + ", ".join(f"`{m}`" for m in confinement.GPU_NAME_MARKS)
+        + "): GPUs come only from `gpusPerWorker`, and the operator meters those; "
+        "`gpuResourceName` itself must be an extended resource (`<domain>/<name>`).",
+        "",
+        "What depends on the installation is judged when the operator accepts the run "
+        "(`Accepted=False`, phase `Failed`): a `hostPath` volume is refused unless its path "
+        "lies, by whole path components, under one of the operator's `GRPO_HOSTPATH_PREFIXES` "
+        "(reason `HostPathNotAllowed`; none by default), and a reference to the operator's "
+        "report-signing Secret under a name of its own (`GRPO_SIGNING_SECRET`) is refused (reason "
+        "`SecretNotAllowed`).",
+        "",
+    ]
+    return lines
+
+
 def _exit_code_section() -> list[str]:
     lines = [
         "## Exit codes",
         "",
-        "The trainer's exit code, passed on by the driver Job. The terminal report, when present, "
+        "The trainer's exit code, passed on by the driver Job (17 is the driver's own: it could "
+        "not write the trainer's terminal report). The terminal report, when present, "
         "is the authority on how a run ended; the exit code is the fallback. A driver pod that "
         "vanished without an exit code, a signal death (128 + n) and any code not listed are "
         "retryable. The driver Job's `podFailurePolicy.onExitCodes` lists "
@@ -236,6 +278,7 @@ def render_api_docs() -> str:
         "",
     ]
     lines += _name_section()
+    lines += _confinement_section()
     lines += ["## Spec", ""]
     lines += _object_tables(schema["properties"]["spec"], "spec", mutability=True)
     lines += [

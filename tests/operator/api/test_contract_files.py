@@ -193,6 +193,7 @@ def test_exit_codes_are_below_128_and_distinct():
         (ExitCode.RETRYABLE_FAILURE, True, None, Reason.RETRYABLE_FAILURE),
         (ExitCode.WEIGHT_SYNC_INCOMPLETE, False, Outcome.FAILED, Reason.WEIGHT_SYNC_INCOMPLETE),
         (ExitCode.WEIGHT_SYNC_MISMATCH, True, None, Reason.WEIGHT_SYNC_MISMATCH),
+        (ExitCode.REPORT_NOT_WRITTEN, True, None, Reason.REPORT_NOT_WRITTEN),
         (1, True, None, Reason.UNEXPECTED_EXIT),
         (137, True, None, Reason.KILLED),
         (None, True, None, Reason.POD_VANISHED),

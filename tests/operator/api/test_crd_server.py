@@ -127,6 +127,25 @@ BOUNDARIES: list[tuple[str, list]] = [
     ("spec.model.path", ["a/b", "../a", "a/./b", "/abs", "a//b", DELETE]),
     ("spec.budget.maxGPUHours", [0, 0.001, 1e7, 1.1e7]),
     ("spec.resources.nodeSelector", [{"pool": "gpu"}, {"pool": "x" * 64}]),
+    (
+        "spec.resources.env",
+        [
+            [{"name": name, "value": "1"}]
+            for name in ("RAY_AUTH_MODE", "KUBERAY_X", "GRPO_RUN_CONFIG", "GRPO_TEST_DROP_WEIGHT",
+                         "NVIDIA_VISIBLE_DEVICES", "FQ_RAY_IP", "VLLM_USE_V1", "MY_RAY_FLAG")
+        ]
+        + [
+            [{"name": "T", "valueFrom": {"secretKeyRef": {"name": secret, "key": "k"}}}]
+            for secret in ("a-ray-auth", "a-report-key", "wandb", "ray-auth-x")
+        ],
+    ),
+    ("spec.resources.imagePullSecrets", [[{"name": "a-report-key"}], [{"name": "regcred"}]]),
+    (
+        "spec.resources.extraResources",
+        [{"nvidia.com/gpu": 1}, {"nvidia.com/mig-1g.10gb": 1}, {"gpu.intel.com/xe": 1},
+         {"cpu": 1}, {"rdma/hca": 1}, {"example.com/gpus": 2}, {"hugepages-2Mi": "1Gi"}],
+    ),
+    ("spec.resources.gpuResourceName", ["nvidia.com/gpu", "amd.com/gpu", "memory", "rdma/hca"]),
 ]
 
 _change = st.one_of(
@@ -156,3 +175,23 @@ def test_models_and_api_server_accept_and_refuse_the_same_manifests(runs, change
     model_ok, model_says = _model_verdict(manifest)
     server = runs.create(manifest, dry_run=True)
     assert model_ok == server.accepted, (changes, model_says, server.message)
+
+
+@pytest.mark.parametrize(("path", "value", "where"), [
+    ("spec.resources.env", [{"name": "RAY_AUTH_MODE", "value": "disabled"}],
+     "spec.resources.env[0].name"),
+    ("spec.resources.env",
+     [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "other-ray-auth", "key": "k"}}}],
+     "spec.resources.env[0].valueFrom.secretKeyRef.name"),
+    ("spec.resources.extraResources", {"nvidia.com/gpu": 8}, "spec.resources.extraResources"),
+], ids=["ray-auth-mode", "other-runs-token", "unmetered-gpus"])
+def test_a_spec_reaching_past_its_run_is_refused_at_create(runs, path, value, where):
+    """Not a dry run: the create itself is refused, naming the field, and nothing is stored."""
+    manifest = set_path(set_path(base_manifest("reach"), path, value),
+                        "spec.resources.gpusPerWorker", 0)
+    refused = runs.create(manifest)
+    assert not refused.accepted and refused.status == 422, refused.message
+    assert where in refused.message
+    assert ("reserved" in refused.message) or ("GPUs come only from gpusPerWorker"
+                                               in refused.message)
+    assert runs.create(set_path(manifest, path, DELETE), dry_run=True).accepted

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
+from tests.operator.conftest import OperatorProcess, running_session_operator
 from tests.operator.lifecycle.runs import manifest
 from tests.waiting import wait_for
 
@@ -73,3 +74,41 @@ def test_a_single_node_claim_for_shared_inputs_or_checkpoints_is_refused(runs, t
         "volume": {"persistentVolumeClaim": {"claimName": "ckpt-rox"}}}))
     accepted = _refused(runs, "rox-ckpt", "VolumeAccessMode")
     assert "needs ReadWriteMany" in accepted["message"]
+
+
+def test_a_host_path_outside_the_allowed_directories_is_refused(runs, tmp_path,
+                                                                tmp_path_factory):
+    """The session's operator allows hostPath under pytest's base directory only: a sibling
+    whose name merely starts with it is outside, and so is a node directory."""
+    allowed = tmp_path_factory.getbasetemp()
+    sibling = f"{allowed}-x/model"
+    runs.create(manifest("beside", str(tmp_path), model={"volume": {"hostPath": {
+        "path": sibling}}}))
+    accepted = _refused(runs, "beside", "HostPathNotAllowed")
+    assert accepted["message"].startswith(f"model.volume.hostPath.path {sibling} is not under")
+    assert str(allowed) in accepted["message"]
+    runs.create(manifest("kubelet-dir", str(tmp_path), checkpoint={"volume": {"hostPath": {
+        "path": "/var/lib/kubelet"}}}))
+    accepted = _refused(runs, "kubelet-dir", "HostPathNotAllowed")
+    assert accepted["message"].startswith("checkpoint.volume.hostPath.path /var/lib/kubelet")
+
+
+def test_with_the_charts_defaults_no_host_path_is_accepted(cluster, chart_identity, runs,
+                                                           tmp_path, request):
+    """The operator as the chart installs it by default (no hostPathPrefixes) refuses every
+    hostPath, the one under the tests' own directory included."""
+    session = running_session_operator(request)
+    with session.paused():
+        defaults = OperatorProcess(cluster, tmp_path / "defaults-operator.log",
+                                   kubeconfig=chart_identity.kubeconfig,
+                                   env={**chart_identity.operator_env, "GRPO_METRICS_PORT": "0"})
+        defaults.start()
+        try:
+            runs.create(manifest("host-dirs", str(tmp_path)))
+            accepted = _refused(runs, "host-dirs", "HostPathNotAllowed")
+        finally:
+            defaults.stop()
+        assert defaults.refusals() == []
+    assert accepted["message"] == (
+        f"model.volume.hostPath ({tmp_path}/model): this operator allows no hostPath volumes "
+        "(GRPO_HOSTPATH_PREFIXES is empty); use a persistentVolumeClaim")

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.cluster
 EXPECTED_CHILDREN = {
     "ServiceAccount": ["stuck-trainer"],
     "ConfigMap": ["stuck-report", "stuck-run-config"],
-    "Secret": ["stuck-ray-auth"],
+    "Secret": ["stuck-ray-auth", "stuck-report-key"],
     "Role": ["stuck-trainer"],
     "RayCluster": ["stuck"],
 }

@@ -96,3 +96,19 @@ def test_a_corrupted_newest_checkpoint_is_skipped_and_tmp_is_never_used(run_atte
     assert CheckpointStore(root, keep=2).newest_valid().step == 2  # rewritten, verifies
     assert not (root / "step_3.tmp").exists()
     assert resumed.last.terminal.artifact.sha256 == run.last.terminal.artifact.sha256
+
+
+def test_an_attempt_after_the_end_reports_the_same_end_again(run_attempt, tmp_path):
+    # What makes REPORT_NOT_WRITTEN retryable: when the driver could not write the terminal
+    # report, the next attempt resumes from the final checkpoint and reports the end again.
+    first = run_attempt(tmp_path / "uid-e", maxSteps=2)
+    assert first.code == ExitCode.SUCCESS and first.last.state == TrainerState.FINISHED
+
+    again = run_attempt(first.run_dir, attempt=2, resume=ResumeMode.LATEST, maxSteps=2)
+
+    assert again.code == ExitCode.SUCCESS
+    assert again.steps == []  # nothing trained twice
+    assert (again.last.attempt, again.last.state) == (2, TrainerState.FINISHED)
+    assert again.last.terminal.outcome == "Succeeded"
+    assert again.last.terminal.artifact == first.last.terminal.artifact
+    assert again.last.ledger.completed_steps == 2

@@ -1,8 +1,8 @@
 """``python -m grpo_trainer submit``: the driver Job's command.
 
 Everything the driver learns about the run comes from the run config (name, UID, attempt);
-how to reach the head comes from flags or Ray's own environment variables. The token is only
-ever read from a file.
+how to reach the head comes from flags or Ray's own environment variables. The token and the
+report key are only ever read from files.
 """
 
 from __future__ import annotations
@@ -72,6 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     t.add_argument("--poll-interval", type=_seconds, default=settings.DEFAULT_POLL_INTERVAL_S,
                    help="between status polls (default: %(default)s)")
+    t.add_argument("--report-timeout", type=_seconds, default=settings.DEFAULT_REPORT_TIMEOUT_S,
+                   help="after the job ended, retrying a failed write of the trainer's terminal "
+                   "report (default: %(default)s)")
     p.set_defaults(handler=main)
 
 
@@ -124,20 +127,32 @@ def main(args: argparse.Namespace) -> int:
             poll=args.poll_interval,
         ),
     )
-    relays = [_config_map_relay(config, log), _metrics_relay(config, args.metrics_port, log)]
+    from grpo_trainer.driver.relay import ReportKeyError
+
+    try:
+        relays = [_config_map_relay(config, args, log),
+                  _metrics_relay(config, args.metrics_port, log)]
+    except ReportKeyError as exc:
+        # The operator's wiring, not the run's input, is wrong: the next attempt may have it.
+        log.error("%s", exc)
+        return int(ExitCode.RETRYABLE_FAILURE)
     return run_submission(submission, relays=[r for r in relays if r is not None])
 
 
-def _config_map_relay(config, log: logging.Logger):
-    """In a pod, the trainer's reports go to the run's report ConfigMap; elsewhere (no
-    service-account token) they stay in the log."""
+def _config_map_relay(config, args: argparse.Namespace, log: logging.Logger):
+    """In a pod, the trainer's reports go to the run's report ConfigMap, signed with the
+    run's report key (`ReportKeyError` without one); elsewhere (no service-account token)
+    they stay in the log."""
     if not os.environ.get("KUBERNETES_SERVICE_HOST"):
         return None
-    from grpo_trainer.driver.relay import ConfigMapSink, ReportRelay
+    from grpo_trainer.driver.relay import Backoff, ConfigMapSink, ReportRelay, read_report_key
 
+    report_key = read_report_key(os.environ.get(settings.REPORT_KEY_PATH_ENV))
     try:
-        sink = ConfigMapSink(config.run.namespace, config.report_config_map, config.report_key)
-        return ReportRelay(sink, sink.last_cursor())
+        sink = ConfigMapSink(config.run.namespace, config.report_config_map, config.report_key,
+                             report_key, request_timeout=args.request_timeout)
+        return ReportRelay(sink, sink.stored_cursor(config.attempt), attempt=config.attempt,
+                           terminal_retry=Backoff(timeout=args.report_timeout))
     except Exception as exc:  # reports are worth having, not worth failing the run for
         log.warning("reports will not reach the report ConfigMap: %s", exc)
         return None

@@ -14,6 +14,7 @@ from grpo_operator.api.ray_job import (  # noqa: F401 - re-exported for the driv
     DRIVER_TOKEN_PATH,
     JOB_STOP_WAIT_ENV,
     RAY_DEFAULT_JOB_STOP_WAIT_S,
+    REPORT_KEY_PATH_ENV,
     TOKEN_PATH_ENV,
     TOKEN_SECRET_KEY,
     driver_termination_grace_s,
@@ -93,3 +94,9 @@ DEFAULT_POLL_INTERVAL_S = 2.0
 """Between two status polls."""
 LOG_DRAIN_TIMEOUT_S = 10.0
 """After the job ended, how long the log stream gets to deliver the rest."""
+DEFAULT_REPORT_TIMEOUT_S = 120.0
+"""After the job ended, how long a failed write of the terminal report is retried (waits from
+1 s doubling up to 15 s). As long as the driver bears an unreachable head: enough for an API
+server restart or a control-plane upgrade; a longer wait keeps the finished attempt's RayCluster
+(its GPUs) for nothing when the API server is gone for good, since the next attempt reports
+again from the final checkpoint."""

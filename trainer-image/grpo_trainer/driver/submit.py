@@ -13,7 +13,9 @@ The phases, each bounded:
    bounds how long the head may stay unreachable);
 5. on SIGTERM (or SIGINT): ask Ray to stop the job (the trainer gets SIGTERM and checkpoints;
    the head's RAY_JOB_STOP_WAIT_TIME_S bounds that) and keep following (``stop_timeout``);
-6. exit with the trainer's code (`outcome.decide_exit`).
+6. exit with the trainer's code (`outcome.decide_exit`), once a terminal report whose write
+   failed was retried (`relay.ReportRelay.settle`); if it still is not written, exit
+   REPORT_NOT_WRITTEN instead, unless the trainer's code ends the run by itself.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import TextIO, TypeVar
 
 from ray.exceptions import AuthenticationError
 
-from grpo_operator.api.exit_codes import ExitCode
+from grpo_operator.api.exit_codes import NON_RETRYABLE_EXIT_CODES, ExitCode
 from grpo_trainer.driver import settings
 from grpo_trainer.driver.client import (
     BoundedJobClient,
@@ -44,7 +46,7 @@ from grpo_trainer.driver.client import (
     is_transient,
 )
 from grpo_trainer.driver.logs import LogFollower
-from grpo_trainer.driver.outcome import Outcome, decide_exit
+from grpo_trainer.driver.outcome import Outcome, decide_exit, describe
 from grpo_trainer.driver.relay import ReportRelay
 
 log = logging.getLogger("grpo_trainer.driver")
@@ -261,13 +263,34 @@ class Driver:
             raise
         if job is None:
             follower.finish(0)
-            return decide_exit(None, None, None)
+            return self._settle_reports(decide_exit(None, None, None))
         drain = self.t.drain
         if self._stop_deadline is not None:
             drain = min(drain, max(1.0, self._stop_deadline - time.monotonic()))
         if not follower.finish(drain):
             self._catch_up_logs(client, follower)
-        return decide_exit(job.status.value, job.driver_exit_code, follower.announced_code)
+        return self._settle_reports(
+            decide_exit(job.status.value, job.driver_exit_code, follower.announced_code))
+
+    def _settle_reports(self, outcome: Outcome) -> Outcome:
+        """``outcome``, unless the trainer's terminal report could not be written: without it
+        the operator takes the exit code alone, and exit 0 without a terminal report ends a
+        run Failed. A code that ends the run by itself (NON_RETRYABLE_EXIT_CODES) ends it as
+        the report would have, same outcome and reason, so it stays: a retry could even end
+        otherwise (the frozen inputs are checked against what each attempt found at its
+        start)."""
+        unwritten = [relay for relay in self.relays if not relay.settle()]
+        if not unwritten:
+            return outcome
+        if outcome.code in NON_RETRYABLE_EXIT_CODES:
+            log.warning("the trainer's terminal report could not be written; its exit code %s "
+                        "tells the operator how the run ended", describe(outcome.code))
+            return outcome
+        return Outcome(
+            ExitCode.REPORT_NOT_WRITTEN,
+            f"{outcome.explanation}, but the trainer's terminal report could not be written to "
+            f"the report ConfigMap (instead of exit {outcome.code})",
+        )
 
     def _wait_for_end(self, client: BoundedJobClient):
         """Poll until the job ended (its JobDetails) or vanished (None); stop it on request."""

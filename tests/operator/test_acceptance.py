@@ -1,0 +1,111 @@
+"""Acceptance as a pure function: what the installation lets a run reach (host directories,
+the operator's Secret). The budget and the claims: test_reconcile.py and the cluster tests in
+lifecycle/test_acceptance.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo_operator.acceptance import (
+    Confinement,
+    accept,
+    check_host_paths,
+    host_path_prefixes,
+    under,
+)
+from grpo_operator.api.spec import GRPORunSpec
+from grpo_operator.settings import from_env
+
+SPEC = {
+    "model": {"volume": {"hostPath": {"path": "/data/models/tiny"}}},
+    "dataset": {"volume": {"persistentVolumeClaim": {"claimName": "sets"}},
+                "trainFile": "t.parquet"},
+    "reward": {"name": "gsm8k"},
+    "algorithm": {"maxSteps": 3, "groupSize": 2, "promptsPerStep": 2, "maxResponseTokens": 8},
+    "resources": {"image": "i", "workers": 1, "gpusPerWorker": 1},
+    "checkpoint": {"volume": {"hostPath": {"path": "/data/checkpoints"}}},
+}
+PVCS = {"sets": {"spec": {"accessModes": ["ReadOnlyMany"]}}}
+
+
+def spec(**changes) -> GRPORunSpec:
+    body = {**SPEC, **changes}
+    return GRPORunSpec.model_validate(body)
+
+
+def test_without_allowed_prefixes_no_host_path_is_accepted():
+    refusal = accept(spec(), PVCS)
+    assert refusal.reason == "HostPathNotAllowed"
+    assert refusal.message.startswith("model.volume.hostPath (/data/models/tiny)")
+    assert "GRPO_HOSTPATH_PREFIXES is empty" in refusal.message
+    only_claims = spec(model={"volume": {"persistentVolumeClaim": {"claimName": "sets"}}},
+                       checkpoint={"volume": {"persistentVolumeClaim": {"claimName": "ckpt"}}})
+    pvcs = {**PVCS, "ckpt": {"spec": {"accessModes": ["ReadWriteMany"]}}}
+    assert accept(only_claims, pvcs) is None
+
+
+def test_host_paths_under_an_allowed_prefix_are_accepted():
+    assert accept(spec(), PVCS, Confinement(host_path_prefixes=("/data",))) is None
+    assert accept(spec(), PVCS, Confinement(host_path_prefixes=("/",))) is None
+    assert accept(spec(), PVCS, Confinement(host_path_prefixes=("/srv", "/data/models",
+                                                                "/data/checkpoints"))) is None
+
+
+@pytest.mark.parametrize("prefixes", [("/dat",), ("/data/models",), ("/data/models/tiny/x",),
+                                      ("/srv",)])
+def test_host_paths_elsewhere_are_refused_naming_the_field(prefixes):
+    refusal = check_host_paths(spec(), prefixes)
+    assert refusal is not None and refusal.reason == "HostPathNotAllowed"
+    field = ("checkpoint" if prefixes == ("/data/models",) else "model")
+    assert refusal.message.startswith(f"{field}.volume.hostPath.path /data/")
+    assert ", ".join(prefixes) in refusal.message
+
+
+@pytest.mark.parametrize(("path", "prefix", "inside"), [
+    ("/data", "/data", True), ("/data/x", "/data", True), ("/data/x/y", "/data/x", True),
+    ("/data2", "/data", False), ("/data2/x", "/data", False), ("/dat", "/data", False),
+    ("/etc", "/data", False), ("/data/../etc", "/data", False), ("/anything", "/", True),
+    ("/tmp/pytest-of-u/pytest-12/x", "/tmp/pytest-of-u/pytest-1", False),
+])
+def test_under_compares_whole_components(path, prefix, inside):
+    assert under(path, prefix) is inside
+
+
+def test_prefixes_are_normalised_and_malformed_ones_name_the_setting():
+    assert host_path_prefixes("") == ()
+    assert host_path_prefixes(" /data/ , /srv//grpo,,/data") == ("/data", "/srv/grpo")
+    for bad in ("data", "./data", "/data/../etc", "/data/./x", "~/grpo"):
+        with pytest.raises(ValueError, match="GRPO_HOSTPATH_PREFIXES"):
+            host_path_prefixes(bad)
+
+
+def test_the_operators_signing_secret_cannot_be_referenced():
+    confinement = Confinement(host_path_prefixes=("/data",), reserved_secrets=("signing",))
+    env = [{"name": "A", "value": "1"},
+           {"name": "K", "valueFrom": {"secretKeyRef": {"name": "signing", "key": "key"}}}]
+    refusal = accept(spec(resources={**SPEC["resources"], "env": env}), PVCS, confinement)
+    assert refusal.reason == "SecretNotAllowed"
+    assert refusal.message.startswith("resources.env[1].valueFrom.secretKeyRef.name names "
+                                      "Secret signing")
+    pulled = spec(resources={**SPEC["resources"], "imagePullSecrets": [{"name": "signing"}]})
+    assert accept(pulled, PVCS, confinement).message.startswith(
+        "resources.imagePullSecrets[0].name")
+    own = spec(resources={**SPEC["resources"], "imagePullSecrets": [{"name": "registry"}]})
+    assert accept(own, PVCS, confinement) is None
+
+
+def test_the_budget_is_judged_first():
+    over = spec(budget={"maxGeneratedTokens": 1})
+    assert accept(over, PVCS).reason == "BudgetTooSmall"
+
+
+def test_settings_carry_the_prefixes_and_the_signing_secret():
+    default = from_env({}).policy.confinement
+    assert default.host_path_prefixes == ()
+    assert default.reserved_secrets == ("grpo-operator-report-signing",)
+    own = from_env({"GRPO_HOSTPATH_PREFIXES": "/data,/srv/grpo/",
+                    "GRPO_SIGNING_SECRET": "signing"}).policy.confinement
+    assert own == Confinement(host_path_prefixes=("/data", "/srv/grpo"),
+                              reserved_secrets=("signing",))
+    with pytest.raises(ValueError, match="GRPO_HOSTPATH_PREFIXES"):
+        from_env({"GRPO_HOSTPATH_PREFIXES": "relative/dir"})
