@@ -32,6 +32,8 @@ from grpo_operator.signing import run_ray_token, run_report_key
 from grpo_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
+# Warnings a pass would repeat while their cause lasts: each distinct one is said once.
+_ANNOUNCED_ONCE = (Reason.REPORT_REJECTED, Reason.POD_NOT_STARTING)
 # Failures that say what they are; anything else is logged with its traceback.
 _EXPECTED_ERRORS = (ApiException, ChildConflict, StatusUnreadable, SpecInvalid)
 
@@ -162,8 +164,11 @@ class Controller:
         driver = status.children.driver_job
         if driver and (status.phase == Phase.RUNNING or status.stopping):
             job = k.get_child("batch/v1", "Job", run, driver)
-            # A failed driver's exit code, or whether a stopped one is still finishing.
-            if status.stopping or (job is not None and _job_failed(job)):
+            # A failed driver's exit code, whether a stopped one is still finishing, or why a
+            # driver that has not reported yet does not start.
+            reported = (status.accepted_report is not None
+                        and status.accepted_report.attempt == status.recovery.attempt)
+            if status.stopping or (job is not None and (_job_failed(job) or not reported)):
                 pods = [p for p in k.list_pods(run.namespace, f"job-name={driver}")
                         if _made_by_job(p, driver, job)]
             cm = k.get_child("v1", "ConfigMap", run, names.report_config_map)
@@ -173,8 +178,13 @@ class Controller:
         metered = status.ledger.gpu_metered_time
         due = (status.stopping is not None or metered is None
                or (now - metered).total_seconds() >= self.policy.meter_interval_seconds)
+        cluster_pods = None
+        ready = status.condition(ConditionType.CLUSTER_READY)
+        if rc is not None and (ready is None or ready.status != "True"):
+            cluster_pods = k.list_pods(run.namespace, f"ray.io/cluster={names.ray_cluster}")
         if rc is not None and spec.resources.gpus_per_worker and due:
-            gpu_pods = k.list_pods(run.namespace, f"ray.io/cluster={names.ray_cluster}")
+            gpu_pods = cluster_pods if cluster_pods is not None else k.list_pods(
+                run.namespace, f"ray.io/cluster={names.ray_cluster}")
         return Observed(name=run.name, generation=meta.get("generation", 0), spec=spec,
                         status=status, now=now,
                         created=_timestamp(meta.get("creationTimestamp")),
@@ -182,7 +192,7 @@ class Controller:
                         driver_job=job, driver_pods=pods, report_data=report,
                         report_map_missing=report_map_missing, report_signature=signature,
                         report_key=run_report_key(self.signing_key, run.uid),
-                        gpu_pods=gpu_pods, policy=self.policy)
+                        cluster_pods=cluster_pods, gpu_pods=gpu_pods, policy=self.policy)
 
     def _record(self, run: RunRef, observed: Observed | None, decision: Decision,
                 old_wire: dict[str, Any]) -> None:
@@ -194,7 +204,7 @@ class Controller:
                                 observed.created)
         announced = self._announced.setdefault((run.namespace, run.name), set())
         for event in decision.events:
-            if event.reason == Reason.REPORT_REJECTED:
+            if event.reason in _ANNOUNCED_ONCE:
                 if event.message in announced:
                     continue
                 announced.add(event.message)

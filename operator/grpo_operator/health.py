@@ -93,3 +93,29 @@ def disruption_of(pods: list[dict[str, Any]]) -> str | None:
         if condition and condition.get("status") == "True":
             return ": ".join(filter(None, (condition.get("reason"), condition.get("message"))))
     return None
+
+
+# Waiting reasons the kubelet gives a container that will not start by itself soon.
+_STUCK_WAITING = frozenset({
+    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+    "CreateContainerError", "CrashLoopBackOff", "RunContainerError",
+})
+
+
+def pod_problem(pods: list[dict[str, Any]]) -> str | None:
+    """Why one of the pods does not start, as the scheduler or the kubelet says (unschedulable,
+    an image that does not pull, a missing Secret or ConfigMap, a crash loop), or None."""
+    for pod in pods:
+        name = (pod.get("metadata") or {}).get("name", "?")
+        scheduled = _condition(pod, "PodScheduled")
+        if scheduled and scheduled.get("status") == "False" and (
+                scheduled.get("reason") == "Unschedulable"):
+            return f"pod {name} is unschedulable: {scheduled.get('message', '')}".strip(": ")
+        status = pod.get("status") or {}
+        for cs in (status.get("initContainerStatuses") or []) + (
+                status.get("containerStatuses") or []):
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in _STUCK_WAITING:
+                return (f"pod {name} container {cs.get('name')}: {waiting['reason']}: "
+                        f"{waiting.get('message', '')}").strip(": ")
+    return None

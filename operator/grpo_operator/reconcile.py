@@ -56,6 +56,7 @@ from grpo_operator.health import (
     disruption_of,
     driver_end,
     exit_code,
+    pod_problem,
     provisioned_at,
 )
 from grpo_operator.metering import gpu_seconds_since
@@ -124,6 +125,8 @@ class Observed:
     report_signature: str | None = None
     report_key: bytes = b""
     """The run's report key: a report counts only if signed with it (``api.report``)."""
+    cluster_pods: list[dict[str, Any]] | None = None
+    """The RayCluster's pods while it is not ready (None: not looked at this pass)."""
     gpu_pods: list[dict[str, Any]] | None = None
     """The RayCluster's pods when GPU metering is due (None: not looked at this pass)."""
     policy: Policy = field(default_factory=Policy)
@@ -591,7 +594,11 @@ def decide(o: Observed) -> Decision:
         return d
 
     health = cluster_health(o.ray_cluster, o.spec.resources.workers)
-    _condition(d, o, ConditionType.CLUSTER_READY, health == ClusterHealth.HEALTHY, str(health))
+    stuck = pod_problem(o.cluster_pods or []) if health != ClusterHealth.HEALTHY else None
+    _condition(d, o, ConditionType.CLUSTER_READY, health == ClusterHealth.HEALTHY, str(health),
+               stuck or "")
+    if stuck:
+        d.events.append(Event("Warning", str(Reason.POD_NOT_STARTING), stuck))
 
     wanted = _stop_wanted(o, s)
     if wanted is not None:
@@ -657,6 +664,11 @@ def decide(o: Observed) -> Decision:
     # to the attempt's Ray job by its submission id instead of starting another.
     end = driver_end(o.driver_job, o.driver_pods) if o.driver_job is not None else None
     if end is None:
+        stuck = pod_problem(o.driver_pods)
+        _condition(d, o, ConditionType.RUNNING, True, "DriverStarted",
+                   f"driver Job {s.children.driver_job}" + (f"; {stuck}" if stuck else ""))
+        if stuck:
+            d.events.append(Event("Warning", str(Reason.POD_NOT_STARTING), stuck))
         d.actions.append(Action.ENSURE_DRIVER_JOB)
         d.requeue_after = _sooner(
             FAST_REQUEUE_SECONDS if o.driver_job is None else STEADY_REQUEUE_SECONDS,

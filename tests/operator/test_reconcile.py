@@ -320,3 +320,41 @@ def test_a_report_config_map_deleted_mid_run_is_made_again():
                        report_map_missing=True))
     assert Action.ENSURE_RUN_CHILDREN in d.actions and d.status.phase == "Running"
     assert [e.reason for e in d.events] == ["ChildMissing"]
+
+
+def _waiting_pod(name: str, reason: str, message: str) -> dict:
+    return {"metadata": {"name": name}, "status": {"phase": "Pending", "containerStatuses": [
+        {"name": "ray-head", "state": {"waiting": {"reason": reason, "message": message}}}]}}
+
+
+def test_why_the_clusters_pods_do_not_start_is_said_on_the_run():
+    accepted = decide(observe()).status
+    unready = {"metadata": {"name": "r"}, "status": {}}
+    pulling = _waiting_pod("r-head-x", "ImagePullBackOff", 'Back-off pulling image "nope:1"')
+    d = decide(observe(accepted, ray_cluster=unready, cluster_pods=[pulling]))
+    ready = d.status.condition("ClusterReady")
+    assert ready.status == "False"
+    assert ready.message == ('pod r-head-x container ray-head: ImagePullBackOff: Back-off '
+                             'pulling image "nope:1"')
+    assert ("Warning", "PodNotStarting") in [(e.type, e.reason) for e in d.events]
+    unschedulable = {"metadata": {"name": "r-worker-y"}, "status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}}
+    d = decide(observe(accepted, ray_cluster=unready, cluster_pods=[unschedulable]))
+    assert "r-worker-y is unschedulable: 0/3 nodes" in d.status.condition("ClusterReady").message
+    fine = decide(observe(accepted, ray_cluster=unready, cluster_pods=[
+        _waiting_pod("r-head-x", "ContainerCreating", "")]))
+    assert fine.status.condition("ClusterReady").message == ""
+    assert "PodNotStarting" not in [e.reason for e in fine.events]
+
+
+def test_why_the_driver_does_not_start_is_said_in_the_running_condition():
+    missing = _waiting_pod("r-a1-abc", "CreateContainerConfigError",
+                           'secret "r-ray-auth" not found')
+    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                       driver_pods=[missing]))
+    running = d.status.condition("Running")
+    assert running.status == "True" and d.status.phase == "Running"
+    assert running.message == ('driver Job r-a1; pod r-a1-abc container ray-head: '
+                               'CreateContainerConfigError: secret "r-ray-auth" not found')
+    assert ("Warning", "PodNotStarting") in [(e.type, e.reason) for e in d.events]

@@ -192,3 +192,4 @@ class Reason(StrEnum):
     REPORT_REJECTED = "ReportRejected"
     REPORT_NOT_WRITTEN = "ReportNotWritten"
     DISRUPTED = "Disrupted"
+    POD_NOT_STARTING = "PodNotStarting"

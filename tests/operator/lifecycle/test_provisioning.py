@@ -39,6 +39,11 @@ def test_provisioning_creates_the_run_children_and_waits_for_the_cluster(runs, t
     assert status["ledger"]["plannedSteps"] == 2
     # No driver before the cluster is healthy.
     assert "Job" not in runs.children("stuck")
+    # Why: the scheduler's word on the worker pod, on the run.
+    ready = wait_for(lambda: "is unschedulable" in runs.condition("stuck", "ClusterReady")[
+        "message"] and runs.condition("stuck", "ClusterReady"), 60, what="the reason shown")
+    assert "Insufficient nvidia.com/gpu" in ready["message"], ready
+    assert [e for e in runs.events("stuck") if e[:2] == ("Warning", "PodNotStarting")]
 
 
 def test_deleting_a_provisioning_run_takes_its_children(runs, tmp_path):
