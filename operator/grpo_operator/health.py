@@ -58,6 +58,9 @@ class DriverEnd:
     succeeded: bool
     exit_code: int | None
     message: str
+    disruption: str | None = None
+    """Why the cluster took the driver pod away (a drain's eviction, preemption, a tainted
+    node), as the Job's podFailurePolicy or the pod's DisruptionTarget condition says."""
 
 
 def driver_end(job: dict[str, Any], pods: list[dict[str, Any]]) -> DriverEnd | None:
@@ -69,10 +72,15 @@ def driver_end(job: dict[str, Any], pods: list[dict[str, Any]]) -> DriverEnd | N
         return DriverEnd(True, 0, "the driver finished")
     if not (failed and failed.get("status") == "True"):
         return None
+    message = failed.get("message") or ""
+    disruption = disruption_of(pods)
+    if disruption is None and failed.get("reason") == "PodFailurePolicy" and (
+            "condition DisruptionTarget" in message):
+        disruption = message
     code = exit_code(pods)
     if code is not None:
-        return DriverEnd(False, code, failed.get("message", ""))
-    return DriverEnd(False, None, failed.get("message") or "the driver pod vanished")
+        return DriverEnd(False, code, message, disruption)
+    return DriverEnd(False, None, message or "the driver pod vanished", disruption)
 
 
 def exit_code(pods: list[dict[str, Any]]) -> int | None:

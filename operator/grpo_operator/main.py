@@ -40,6 +40,11 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # The controller writes its own Events; kopf's would repeat handler logs as Events.
     settings.posting.enabled = False
     settings.watching.server_timeout = 300
+    # A half-open connection must fail, not hang: a watch the server should have ended by now,
+    # a request or a handshake that takes longer than any answer could.
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+    settings.networking.connect_timeout = 10
     try:
         config.load_incluster_config()
     except config.ConfigException:

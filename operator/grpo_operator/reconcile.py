@@ -53,7 +53,6 @@ from grpo_operator.health import (
     ClusterHealth,
     DriverEnd,
     cluster_health,
-    disruption_of,
     driver_end,
     exit_code,
     pod_problem,
@@ -343,9 +342,8 @@ def _finish_driver(d: Decision, o: Observed, end: DriverEnd, report: Report | No
         d.events.append(Event("Warning", failure.reason, message))
     # The cluster took the pod away (a drain's eviction, preemption, a tainted node): as Job
     # podFailurePolicy's DisruptionTarget rules do, that is not the run's failure.
-    disruption = disruption_of(o.driver_pods)
-    if disruption is not None and (interrupted or end.exit_code is None):
-        _restart(d, o, str(Reason.DISRUPTED), f"the driver pod was disrupted: {disruption}",
+    if end.disruption is not None and (interrupted or end.exit_code is None):
+        _restart(d, o, str(Reason.DISRUPTED), f"the driver pod was disrupted: {end.disruption}",
                  report, counted=False)
         return
     _restart(d, o, "Interrupted" if interrupted else str(disposition.reason), message, report)

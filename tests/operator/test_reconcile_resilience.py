@@ -294,6 +294,16 @@ def test_an_evicted_driver_costs_no_restart():
         assert (s.recovery.attempt, s.recovery.restarts) == (2, SPEC.run_policy.max_restarts)
         assert s.recovery.history[-1].reason == "Disrupted"
         assert "EvictionByEvictionAPI" in s.condition("Recovering").message
+    # The pod already gone: the Job's podFailurePolicy rule says it.
+    status = running_status()
+    status.recovery.restarts = SPEC.run_policy.max_restarts
+    by_policy = {"metadata": {"name": "r-a1"}, "status": {"conditions": [
+        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+         "message": "Pod ns/r-a1-x has condition DisruptionTarget matching FailJob rule at "
+                    "index 1"}]}}
+    d = decide(at(status, 1, ray_cluster=HEALTHY_RC, driver_job=by_policy))
+    assert d.status.phase == "Recovering"
+    assert d.status.recovery.history[-1].reason == "Disrupted"
     # A crash of a pod that also happens to be disrupted is still the run's failure.
     crashed = decide(at(running_status(), 1, ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
                         driver_pods=[disrupted_pod(1)]))

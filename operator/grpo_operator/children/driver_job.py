@@ -2,7 +2,8 @@
 head through the Ray Jobs API, follows it, relays its reports, and exits with its code.
 
 backoffLimit 0: the operator owns retries (a new attempt is a new Job). The podFailurePolicy
-marks the non-retryable exit codes, so the Job's failure says why without reading the pod.
+marks the non-retryable exit codes and a disrupted pod (evicted, preempted, its node tainted),
+so the Job's failure says why without reading the pod.
 """
 
 from __future__ import annotations
@@ -112,7 +113,13 @@ def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
                             "operator": "In",
                             "values": list(NON_RETRYABLE_EXIT_CODES),
                         },
-                    }
+                    },
+                    # A pod the cluster took away: the Job's Failed condition names the rule,
+                    # so the operator knows it even once the pod is gone (it costs no restart).
+                    {
+                        "action": "FailJob",
+                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                    },
                 ]
             },
             "template": {"metadata": {"labels": pod_labels}, "spec": pod},

@@ -139,9 +139,11 @@ def test_driver_job_fails_fast_on_non_retryable_codes(stored):
     job = children["Job"]
     assert job["metadata"]["name"] == f"{run.name}-a1"
     assert job["spec"]["backoffLimit"] == 0
-    (rule,) = job["spec"]["podFailurePolicy"]["rules"]
-    assert rule["action"] == "FailJob"
-    assert rule["onExitCodes"]["values"] == [10, 11, 12, 15]
+    codes, disrupted = job["spec"]["podFailurePolicy"]["rules"]
+    assert codes["action"] == "FailJob"
+    assert codes["onExitCodes"]["values"] == [10, 11, 12, 15]
+    assert disrupted == {"action": "FailJob", "onPodConditions": [
+        {"type": "DisruptionTarget", "status": "True"}]}
     pod = job["spec"]["template"]
     assert pod["metadata"]["labels"][LABEL_ROLE] == ROLE_DRIVER
     assert pod["spec"]["serviceAccountName"] == f"{run.name}-trainer"
@@ -152,4 +154,4 @@ def test_report_role_names_only_its_own_config_map(stored):
     run, children = stored
     (rule,) = children["Role"]["rules"]
     assert rule["resourceNames"] == [f"{run.name}-report"]
-    assert set(rule["verbs"]) == {"get", "patch", "update"}
+    assert set(rule["verbs"]) == {"get", "patch"}

@@ -4,6 +4,7 @@ gives it one new attempt, which resumes from the checkpoint; the same id again d
 from __future__ import annotations
 
 import pytest
+from kubernetes import client
 
 from tests.operator.lifecycle.runs import tiny_example
 from tests.waiting import wait_for
@@ -48,3 +49,25 @@ def test_restarts_exhausted_then_retried_once_per_id(runs, tmp_path):
              what="the annotation")
     again = runs.status(name)
     assert (again["phase"], again["recovery"]["attempt"]) == ("Succeeded", 2)
+
+
+def test_a_drained_driver_costs_no_restart(runs, tmp_path):
+    """The eviction API (as `kubectl drain` uses it) takes the driver pod: the API server marks
+    it DisruptionTarget, the trainer checkpoints, and the next attempt starts although no
+    restart is left."""
+    body = tiny_example(tmp_path)
+    name = body["metadata"]["name"]
+    body["spec"]["runPolicy"]["maxRestarts"] = 0
+    runs.create(body)
+    pod = wait_for(lambda: runs.running_driver_pod(name), 300, what="the first driver running")
+    runs.core.create_namespaced_pod_eviction(
+        pod.metadata.name, runs.namespace,
+        client.V1Eviction(metadata=client.V1ObjectMeta(name=pod.metadata.name,
+                                                       namespace=runs.namespace)))
+    wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed")
+             and runs.status(name)["recovery"]["attempt"] == 2, 400, what="the second end")
+    status = runs.status(name)
+    assert status["phase"] == "Succeeded", status.get("terminal")
+    assert [(h["attempt"], h["reason"]) for h in status["recovery"]["history"]] == [
+        (1, "Started"), (2, "Disrupted")]
+    assert status["recovery"]["restarts"] == 0
