@@ -24,6 +24,8 @@ import secrets
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from grpo_operator.kube import REQUEST_TIMEOUT
+
 log = logging.getLogger(__name__)
 
 SIGNING_SECRET_KEY = "signing_key"
@@ -60,7 +62,7 @@ def load_or_create_signing_key(core: client.CoreV1Api, namespace: str, name: str
         data={SIGNING_SECRET_KEY: base64.b64encode(secrets.token_bytes(_KEY_BYTES)).decode()},
     )
     try:
-        core.create_namespaced_secret(namespace, body)
+        core.create_namespaced_secret(namespace, body, _request_timeout=REQUEST_TIMEOUT)
         log.info("created the report signing key in Secret %s/%s", namespace, name)
     except ApiException as e:
         if e.status != 409:  # another replica made it first: use that one
@@ -69,7 +71,7 @@ def load_or_create_signing_key(core: client.CoreV1Api, namespace: str, name: str
 
 
 def _read(core: client.CoreV1Api, namespace: str, name: str) -> bytes:
-    secret = core.read_namespaced_secret(name, namespace)
+    secret = core.read_namespaced_secret(name, namespace, _request_timeout=REQUEST_TIMEOUT)
     encoded = (secret.data or {}).get(SIGNING_SECRET_KEY)
     key = base64.b64decode(encoded) if encoded else b""
     if len(key) < _KEY_BYTES:
