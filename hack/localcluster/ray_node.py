@@ -54,6 +54,8 @@ _WORKER_PORTS = 64
 _MARKER_ENV = "GRPO_LOCAL_RAY_NODE"
 # Env a node must not inherit: a token or address of some other cluster would win over ours.
 _SCRUBBED_ENV = ("RAY_AUTH_TOKEN", "RAY_ADDRESS", "RAY_NODE_IP_ADDRESS")
+# torch.compile's cache for every node on this machine (see node_env in start()).
+INDUCTOR_CACHE = Path.home() / ".cache" / "grpo-operator" / "torchinductor"
 # Ray refuses an object store below 75 MiB.
 _MIN_OBJECT_STORE = 80 * 1024**2
 
@@ -240,6 +242,11 @@ class RayNode:
             # Stop at once on SIGTERM instead of draining running jobs for up to 30 s.
             "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
             "RAY_USAGE_STATS_ENABLED": "0",
+            # The image stand-in's compile cache: vLLM's sampler asks torch.compile for a
+            # kernel at the first generate, ~15 s of C++ compiling in a fresh /tmp. A node's
+            # /tmp is its own, so without this every new Ray pod of every test would compile
+            # it again; an image can carry the cache the same way (a warm-up at build time).
+            "TORCHINDUCTOR_CACHE_DIR": str(INDUCTOR_CACHE),
             # Job entrypoints and actors find this virtualenv's `python` and `ray` first.
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             **env,

@@ -67,6 +67,7 @@ def engines(local_ray, tiny_dirs):
     )
     pool = EnginePool(settings, [EngineSlot(Slot(0, 1.0), (0,), 0.0)], group=None)
     try:
+        pool.wait_ready()
         yield pool
     finally:
         pool.shutdown()

@@ -81,35 +81,37 @@ def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner
     )
     group = create_placement_group(plan)
     log.info("placement %s: %s", rollout.placement.value, json.dumps(describe(plan, group)))
+    learner_settings = LearnerSettings(
+        model_dir=model_dir,
+        algorithm=config.algorithm,
+        learning_rate=algorithm.learning_rate,
+        weight_decay=WEIGHT_DECAY,
+        seed=algorithm.seed,
+        use_gpu=plan.use_gpu,
+    )
+    engine_settings = EngineSettings(
+        model_dir=model_dir,
+        max_model_len=rollout.max_model_len
+        or algorithm.max_prompt_tokens + algorithm.max_response_tokens,
+        dtype=rollout.dtype.value,
+        tensor_parallel_size=rollout.tensor_parallel_size,
+        gpu_memory_utilization=rollout.gpu_memory_utilization,
+        enable_sleep_mode=plan.colocated,
+        seed=algorithm.seed,
+        use_gpu=plan.use_gpu,
+    )
+    # The engines start (imports, model, KV cache: the longest part of a start) while the
+    # learners load, except when both share GPUs: vLLM sizes its KV cache from the GPU memory
+    # it finds free at start, so the learners' weights must be in place first.
+    engines_after_learners = plan.colocated and plan.use_gpu
     learners = engines = None
     try:
-        learners = LearnerGroup(
-            LearnerSettings(
-                model_dir=model_dir,
-                algorithm=config.algorithm,
-                learning_rate=algorithm.learning_rate,
-                weight_decay=WEIGHT_DECAY,
-                seed=algorithm.seed,
-                use_gpu=plan.use_gpu,
-            ),
-            plan.learners,
-            group,
-        )
-        engines = EnginePool(
-            EngineSettings(
-                model_dir=model_dir,
-                max_model_len=rollout.max_model_len
-                or algorithm.max_prompt_tokens + algorithm.max_response_tokens,
-                dtype=rollout.dtype.value,
-                tensor_parallel_size=rollout.tensor_parallel_size,
-                gpu_memory_utilization=rollout.gpu_memory_utilization,
-                enable_sleep_mode=plan.colocated,
-                seed=algorithm.seed,
-                use_gpu=plan.use_gpu,
-            ),
-            plan.engines,
-            group,
-        )
+        if not engines_after_learners:
+            engines = EnginePool(engine_settings, plan.engines, group)
+        learners = LearnerGroup(learner_settings, plan.learners, group)
+        if engines_after_learners:
+            engines = EnginePool(engine_settings, plan.engines, group)
+        engines.wait_ready()
         pad_id = tokenizer.pad_token_id
         pad_id = tokenizer.eos_token_id if pad_id is None else pad_id
         yield Trainer(config, dataset, reward_fn, engines, learners, pad_id or 0, plan.colocated,

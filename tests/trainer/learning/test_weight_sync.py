@@ -43,6 +43,7 @@ def tied_engines(local_ray, tied_model):
                               dtype="float32", seed=0)
     pool = EnginePool(settings, [EngineSlot(Slot(0, 1.0), (0,), 0.0)], group=None)
     try:
+        pool.wait_ready()
         yield pool
     finally:
         pool.shutdown()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 from grpo_trainer.batch import Completion
@@ -27,7 +28,12 @@ class EnginePool:
             engine_settings = EngineSettings(**{**settings.__dict__, "env": env})
             options = actor_options(group, slot.actor)
             self.engines.append(remote.options(**options).remote(engine_settings))
-        # Surface a failed engine start here rather than at the first step.
+
+    def wait_ready(self) -> None:
+        """Block until every engine has started: a failed start surfaces here rather than at
+        the first step. The engines start in the background from the constructor on."""
+        import ray
+
         ray.get([engine.__ray_ready__.remote() for engine in self.engines])
 
     def generate(
@@ -82,6 +88,9 @@ class EnginePool:
     def shutdown(self) -> None:
         import ray
 
-        ray.get([engine.close.remote() for engine in self.engines])
+        for closing in [engine.close.remote() for engine in self.engines]:
+            # An engine whose start failed has nothing to close.
+            with contextlib.suppress(ray.exceptions.RayActorError):
+                ray.get(closing)
         for engine in self.engines:
             ray.kill(engine)
