@@ -269,3 +269,20 @@ def test_the_generator_keeps_the_charts_crd_in_step(tmp_path, capsys):
     assert str(CHART_CRD_PATH) in capsys.readouterr().err
     assert generate(["--root", str(tmp_path)]) == 0
     assert (tmp_path / CHART_CRD_PATH).read_text() == (REPO / CRD_PATH).read_text()
+
+
+def test_allowed_images_add_an_admission_policy_only_when_set(helm_bin):
+    assert not by_kind(render(helm_bin), "ValidatingAdmissionPolicy")
+    docs = render(helm_bin, "--set-json", 'allowedImages=["registry.example.com/ml/"]')
+    (policy,) = by_kind(docs, "ValidatingAdmissionPolicy")
+    (binding,) = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert "matchResources" not in binding["spec"]  # cluster-wide, as the release serves
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert {"name": "allowed", "expression": '["registry.example.com/ml/"]'} in (
+        policy["spec"]["variables"])
+    namespaced = by_kind(render(helm_bin, "--set-json", 'allowedImages=["a/"]', *NAMESPACED),
+                         "ValidatingAdmissionPolicyBinding")[0]
+    (selector,) = namespaced["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert selector["values"] == ["team-a", "team-b"]
