@@ -74,10 +74,13 @@ class _DriverPod(PodProcess):
 
     def launch(self) -> None:
         argv, env, mount_list = self._prepare()
+        mount_list, own_tmp = podspec.split_tmp(mount_list)
         log_path = self.runner.process_log(self.namespace, self.name)
         with log_path.open("ab") as out:
             self.popen = subprocess.Popen(
-                mountns.wrap(argv, mount_list, self.container.get("workingDir") or "/"),
+                mountns.wrap(argv, mount_list, self.container.get("workingDir") or "/",
+                             private_tmp=own_tmp,
+                             read_only_root=podspec.read_only_root(self.container)),
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, start_new_session=True, preexec_fn=_die_with_parent,
             )

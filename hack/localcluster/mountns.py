@@ -3,9 +3,14 @@
 
 A ``Sandbox`` goes further, as a container runtime does: a UTS namespace with the pod's
 hostname, the pod's own ``/etc/hosts``, a fresh tmpfs ``/dev/shm`` of the pod's size, and a
-private ``/tmp`` (a directory of the pod's, bind-mounted over it). Host paths the process still
-needs under ``/tmp`` (this virtualenv, when the checkout lives there; a volume's source) are
-bound into the pod's ``/tmp`` directory first, so replacing ``/tmp`` hides nothing they use.
+private ``/tmp`` (a directory of the pod's, bind-mounted over it). A pod without a sandbox gets a
+private ``/tmp`` too when it mounts a volume there. Host paths the process still needs under
+``/tmp`` (this virtualenv, when the checkout lives there) are bound into the private ``/tmp``
+first, so replacing ``/tmp`` hides nothing they use.
+
+A container with ``readOnlyRootFilesystem`` gets the root filesystem read-only in its namespace
+(a per-mount flag: the host's stays writable), so only its mounts, its ``/tmp`` and ``/dev/shm``
+take writes, as on a real node; what writes elsewhere fails here as it would there.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ _TMP = Path("/tmp")
 # The harness has no images: this checkout (the editable install's sources) and its virtualenv
 # stand in for the image's filesystem, and must stay visible when either lives under /tmp.
 IMAGE_PATHS = (Path(sys.prefix), Path(__file__).resolve().parents[2])
+# The image stand-in's compile cache, shared by every pod on this machine and writable under a
+# read-only root too: an image can carry such a cache warm (a warm-up at build time); see
+# TORCHINDUCTOR_CACHE_DIR in ray_node.
+INDUCTOR_CACHE = Path.home() / ".cache" / "grpo-operator" / "torchinductor"
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,7 @@ class Sandbox:
     hostname: str
     hosts_file: Path  # on this machine; becomes /etc/hosts
     shm_bytes: int  # the tmpfs at /dev/shm
-    image_paths: tuple[Path, ...] = IMAGE_PATHS  # host paths kept visible (read-only)
+    read_only_root: bool = False  # the container's securityContext.readOnlyRootFilesystem
 
 
 
@@ -83,24 +92,29 @@ def under_tmp(path: Path | str) -> bool:
 
 
 def wrap(argv: list[str], mounts: list[Mount], workdir: str = "/", *,
-         sandbox: Sandbox | None = None, private_tmp: Path | None = None) -> list[str]:
+         sandbox: Sandbox | None = None, private_tmp: Path | None = None,
+         read_only_root: bool = False,
+         image_paths: tuple[Path, ...] = IMAGE_PATHS) -> list[str]:
     """``argv`` run in a new mount namespace after bind-mounting ``mounts`` (read-only where
     asked). The targets must exist (``Mountpoints.ensure``). ``exec`` keeps the pid. With a
-    ``sandbox``, also its hostname, hosts file and /dev/shm, and ``private_tmp`` as /tmp."""
+    ``sandbox``, also its hostname, hosts file and /dev/shm. ``private_tmp`` (required with a
+    sandbox) becomes /tmp, with ``image_paths`` under /tmp kept visible (read-only) in it.
+    ``read_only_root``: the root filesystem read-only, the image's cache excepted."""
     lines = ["set -e"]
     if sandbox is not None:
         if private_tmp is None:
             raise ValueError("a sandbox needs a private /tmp directory")
-        inside = [m for m in mounts if under_tmp(m.target)]
-        if inside:
-            raise ValueError(f"volume mounts under /tmp are not supported in a sandbox: "
-                             f"{[m.target for m in inside]}")
         lines.append(f"hostname {shlex.quote(sandbox.hostname)}")
         lines.append(f"mount -t tmpfs -o size={sandbox.shm_bytes},mode=1777 tmpfs /dev/shm")
         _bind(lines, sandbox.hosts_file, "/etc/hosts", read_only=True)
+    if private_tmp is not None:
+        inside = [m for m in mounts if under_tmp(m.target)]
+        if inside:
+            raise ValueError(f"volume mounts under a private /tmp are not supported: "
+                             f"{[m.target for m in inside]}")
         # Image paths under /tmp stay visible in the pod's /tmp at the same place (a path
         # inside another kept one comes with it).
-        kept = [p for p in sandbox.image_paths if under_tmp(p)]
+        kept = [p for p in image_paths if under_tmp(p)]
         for keep in sorted(p for p in kept if not any(p != q and p.is_relative_to(q)
                                                       for q in kept)):
             target = private_tmp / keep.relative_to(_TMP)
@@ -108,8 +122,12 @@ def wrap(argv: list[str], mounts: list[Mount], workdir: str = "/", *,
             _bind(lines, keep, str(target), read_only=True)
     for m in mounts:
         _bind(lines, m.source, m.target, m.read_only)
-    if sandbox is not None:
+    if private_tmp is not None:
         lines.append(f"mount --rbind {shlex.quote(str(private_tmp))} /tmp")
+    if read_only_root:
+        INDUCTOR_CACHE.mkdir(parents=True, exist_ok=True)
+        _bind(lines, INDUCTOR_CACHE, str(INDUCTOR_CACHE), read_only=False)
+        lines.append("mount -o remount,bind,ro /")
     lines += [f"cd {shlex.quote(workdir)}", 'exec "$@"']
     namespaces = ["--mount", "--uts"] if sandbox is not None else ["--mount"]
     return ["unshare", *namespaces, "--propagation", "private", "--",

@@ -233,3 +233,13 @@ def mounts(container: dict, volumes: dict[str, Path]) -> list[Mount]:
 
 def decode_secret(data: dict[str, str] | None) -> dict[str, bytes] | None:
     return None if data is None else {k: base64.b64decode(v) for k, v in data.items()}
+
+
+def read_only_root(container: dict) -> bool:
+    return bool((container.get("securityContext") or {}).get("readOnlyRootFilesystem"))
+
+
+def split_tmp(mounts: list[Mount]) -> tuple[list[Mount], Path | None]:
+    """The mounts without the one at /tmp, and that one's source (a pod's own /tmp)."""
+    at_tmp = [m for m in mounts if m.target == "/tmp"]
+    return [m for m in mounts if m.target != "/tmp"], at_tmp[0].source if at_tmp else None

@@ -54,8 +54,6 @@ _WORKER_PORTS = 64
 _MARKER_ENV = "GRPO_LOCAL_RAY_NODE"
 # Env a node must not inherit: a token or address of some other cluster would win over ours.
 _SCRUBBED_ENV = ("RAY_AUTH_TOKEN", "RAY_ADDRESS", "RAY_NODE_IP_ADDRESS")
-# torch.compile's cache for every node on this machine (see node_env in start()).
-INDUCTOR_CACHE = Path.home() / ".cache" / "grpo-operator" / "torchinductor"
 # Ray refuses an object store below 75 MiB.
 _MIN_OBJECT_STORE = 80 * 1024**2
 
@@ -246,7 +244,7 @@ class RayNode:
             # kernel at the first generate, ~15 s of C++ compiling in a fresh /tmp. A node's
             # /tmp is its own, so without this every new Ray pod of every test would compile
             # it again; an image can carry the cache the same way (a warm-up at build time).
-            "TORCHINDUCTOR_CACHE_DIR": str(INDUCTOR_CACHE),
+            "TORCHINDUCTOR_CACHE_DIR": str(mountns.INDUCTOR_CACHE),
             # Job entrypoints and actors find this virtualenv's `python` and `ray` first.
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             **env,
@@ -274,7 +272,8 @@ class RayNode:
         ]
         if mounts or sandbox:
             launcher = mountns.wrap(launcher, mounts or [], sandbox=sandbox,
-                                    private_tmp=root / "tmp" if sandbox else None)
+                                    private_tmp=root / "tmp" if sandbox else None,
+                                    read_only_root=sandbox is not None and sandbox.read_only_root)
         supervisor = Supervisor(root / "log" if sandbox else root)
         process = supervisor.start("ray-node", launcher, env=node_env)
         return cls(ip, gcs_address, root, token_file, node_env, supervisor, process,

@@ -241,7 +241,9 @@ class _RayPod(PodProcess):
         # The pod's fields (status.podIP) as the kubelet will report them.
         pod = {**self.pod, "status": {**(self.pod.get("status") or {}), "podIP": self.pod_ip}}
         volumes = podspec.materialise_volumes(pod, self.dir, self.runner.objects)
-        mounts = [m for m in podspec.mounts(self.container, volumes) if m.target != "/dev/shm"]
+        # The sandbox brings the container's own /dev/shm and /tmp (fresh at each start).
+        mounts, _ = podspec.split_tmp([m for m in podspec.mounts(self.container, volumes)
+                                       if m.target != "/dev/shm"])
         self.runner.mountpoints.ensure(mounts)
         env = podspec.environment(pod, self.container, self.runner.objects)
         resources, shm_bytes = node_resources(self.container, ray_start_command(
@@ -253,7 +255,8 @@ class _RayPod(PodProcess):
         if head is not None:
             with hosts.open("a") as f:
                 f.write(f"{head.ip}\t{' '.join(service_names(ns, self.cluster))}\n")
-        sandbox = mountns.Sandbox(hostname=self.name[:63], hosts_file=hosts, shm_bytes=shm_bytes)
+        sandbox = mountns.Sandbox(hostname=self.name[:63], hosts_file=hosts, shm_bytes=shm_bytes,
+                                  read_only_root=podspec.read_only_root(self.container))
         root = self.dir / f"node-{self.restarts}"  # a restarted container starts afresh
         self.is_ready = False
         log.info("starting Ray %s node for pod %s/%s on %s (%s)", "head" if self.is_head

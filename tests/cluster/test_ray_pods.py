@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -218,11 +219,47 @@ def test_a_sandboxed_node_sees_its_image_paths_under_tmp_and_nothing_else_of_the
     hosts.write_text("127.0.0.1\tlocalhost\n")
     private = tmp_path / "private-tmp"
     private.mkdir()
-    sandbox = mountns.Sandbox(hostname="pod-a", hosts_file=hosts, shm_bytes=2**20,
-                              image_paths=(image,))
+    sandbox = mountns.Sandbox(hostname="pod-a", hosts_file=hosts, shm_bytes=2**20)
     script = (f"cat {image}/module.py; test ! -e {other}/secret && echo gone; hostname; "
               "df --output=size -B1 /dev/shm | tail -1")
     out = subprocess.run(mountns.wrap(["sh", "-c", script], [], sandbox=sandbox,
-                                      private_tmp=private),
+                                      private_tmp=private, image_paths=(image,)),
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["seen", "gone", "pod-a", str(2**20)]
+
+
+def test_a_read_only_root_takes_writes_only_in_the_mounts_tmp_and_dev_shm(tmp_path):
+    """readOnlyRootFilesystem as a container runtime applies it: the root filesystem refuses
+    writes in the pod's namespace (and only there), its volumes, /tmp and /dev/shm take them."""
+    import subprocess
+
+    from localcluster import mountns
+    from localcluster.podspec import Mount
+
+    volume, private, hosts = tmp_path / "volume", tmp_path / "private-tmp", tmp_path / "hosts"
+    volume.mkdir()
+    private.mkdir()
+    hosts.write_text("127.0.0.1\tlocalhost\n")
+    target = tmp_path / "volume-target"  # where the pod sees the volume (not under /tmp
+    target.mkdir()                       # in real pods; fine without a sandbox here)
+    home = Path.home() / f".grpo-ro-probe-{tmp_path.name}"
+    script = (f"touch {home} 2>/dev/null && echo root-writable || echo root-refused; "
+              f"touch /tmp/x && echo tmp-ok; touch /dev/shm/x && echo shm-ok; "
+              f"touch {mountns.INDUCTOR_CACHE}/probe && echo cache-ok")
+    sandbox = mountns.Sandbox(hostname="pod-ro", hosts_file=hosts, shm_bytes=2**20,
+                              read_only_root=True)
+    out = subprocess.run(mountns.wrap(["sh", "-c", script], [], sandbox=sandbox,
+                                      private_tmp=private, read_only_root=True),
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["root-refused", "tmp-ok", "shm-ok", "cache-ok"], out
+    assert (private / "x").exists() and not home.exists()
+    # Without a sandbox (a driver pod): a volume at its mountPath takes writes, the root not.
+    out = subprocess.run(mountns.wrap(
+        ["sh", "-c", f"touch {target}/y && echo volume-ok; touch {home} 2>/dev/null || echo "
+                     "root-refused"],
+        [Mount(volume, str(target), read_only=False)], read_only_root=True),
+        capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["volume-ok", "root-refused"], out
+    assert (volume / "y").exists()
+    home.touch()  # the host's root stays writable
+    home.unlink()

@@ -92,6 +92,11 @@ RESERVED_ENV: tuple[ReservedEnv, ...] = (
         f"`NVIDIA_VISIBLE_DEVICES` (and the runtime's other `NVIDIA_*` variables) {_DEVICES}. "
         "Library settings of the same prefix (`NVIDIA_TF32_OVERRIDE`) belong in the image",
     ),
+    ReservedEnv(
+        "HOME", "the operator",
+        "points into the pods' `/tmp`, an emptyDir: their root filesystem is read-only, and "
+        "Ray, vLLM, torch and Hugging Face write their caches under the home",
+    ),
     ReservedEnv("AMD_VISIBLE_DEVICES", "the AMD container runtime", _DEVICES),
     ReservedEnv("HABANA_VISIBLE_DEVICES", "the Habana container runtime", _DEVICES),
 )

@@ -36,6 +36,9 @@ from grpo_operator.children.volumes import (
     RAY_AUTH_MOUNT,
     REPORT_KEY_MOUNT,
     RUN_CONFIG_MOUNT,
+    SCRATCH_ENV,
+    SCRATCH_MOUNT,
+    SCRATCH_VOLUME,
     input_mounts,
     input_volumes,
     ray_auth_volume,
@@ -69,6 +72,7 @@ def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
             {"name": ADDRESS_ENV, "value": head_address(run)},
             {"name": TOKEN_PATH_ENV, "value": DRIVER_TOKEN_PATH},
             {"name": REPORT_KEY_PATH_ENV, "value": DRIVER_REPORT_KEY_PATH},
+            SCRATCH_ENV,
             *({"name": k, "value": v} for k, v in stop_wait.items()),
         ],
         # The driver serves the newest report's figures there (a PodMonitor selects it by name).
@@ -76,7 +80,8 @@ def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
             {"name": METRICS_PORT_NAME, "containerPort": DRIVER_METRICS_PORT, "protocol": "TCP"}
         ],
         "resources": {"requests": dict(amounts), "limits": dict(amounts)},
-        "volumeMounts": [RUN_CONFIG_MOUNT, RAY_AUTH_MOUNT, REPORT_KEY_MOUNT, *input_mounts(spec)],
+        "volumeMounts": [RUN_CONFIG_MOUNT, RAY_AUTH_MOUNT, REPORT_KEY_MOUNT, SCRATCH_MOUNT,
+                         *input_mounts(spec)],
         "securityContext": container_security_context(),
     }
     if r.image_pull_policy:
@@ -92,7 +97,7 @@ def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
         ),
         "containers": [container],
         "volumes": [run_config_volume(run.name), ray_auth_volume(run.name),
-                    report_key_volume(run.name), *input_volumes(spec)],
+                    report_key_volume(run.name), SCRATCH_VOLUME, *input_volumes(spec)],
     }
     if r.image_pull_secrets:
         pod["imagePullSecrets"] = [s.to_wire() for s in r.image_pull_secrets]

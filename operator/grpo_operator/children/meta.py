@@ -81,6 +81,7 @@ def container_security_context() -> dict[str, Any]:
     return {
         "allowPrivilegeEscalation": False,
         "privileged": False,
+        "readOnlyRootFilesystem": True,  # writes go to the pod's volumes (children.volumes)
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }

@@ -23,7 +23,7 @@ from grpo_operator.children.meta import (
     container_security_context,
     pod_security_context,
 )
-from grpo_operator.children.volumes import ray_pod_mounts, ray_pod_volumes
+from grpo_operator.children.volumes import SCRATCH_ENV, ray_pod_mounts, ray_pod_volumes
 from grpo_operator.naming import ChildNames
 
 RAY_VERSION = "2.60.0"
@@ -36,7 +36,7 @@ def _env(spec: GRPORunSpec) -> list[dict[str, Any]]:
     # the trainer needs the pods' grace period to write its checkpoint.
     stop_wait = job_stop_wait_env(spec.resources.termination_grace_period_seconds)
     return [e.to_wire() for e in spec.resources.env] + [
-        {"name": k, "value": v} for k, v in stop_wait.items()
+        SCRATCH_ENV, *({"name": k, "value": v} for k, v in stop_wait.items())
     ]
 
 

@@ -1,5 +1,5 @@
 """Volumes and mounts of the Ray and driver pods: inputs read-only, checkpoints writable, the
-run config, and a memory-backed /dev/shm (Ray's object store, vLLM and NCCL need it)."""
+run config, a memory-backed /dev/shm (Ray's object store, vLLM and NCCL need it), and /tmp."""
 
 from __future__ import annotations
 
@@ -43,6 +43,14 @@ def run_config_volume(run_name: str) -> dict[str, Any]:
 
 RUN_CONFIG_MOUNT = {"name": "run-config", "mountPath": RUN_CONFIG_DIR, "readOnly": True}
 
+# The containers' root filesystem is read-only: what they must write goes to an emptyDir at
+# /tmp — Ray's session directory and sockets, temporary files (the driver's job package), and
+# the caches vLLM, torch and Hugging Face keep under the home, which HOME points into.
+SCRATCH_DIR = "/tmp"
+SCRATCH_VOLUME = {"name": "scratch", "emptyDir": {}}
+SCRATCH_MOUNT = {"name": "scratch", "mountPath": SCRATCH_DIR}
+SCRATCH_ENV = {"name": "HOME", "value": SCRATCH_DIR}
+
 
 def ray_pod_volumes(spec: GRPORunSpec, run_name: str) -> list[dict[str, Any]]:
     return [
@@ -51,6 +59,7 @@ def ray_pod_volumes(spec: GRPORunSpec, run_name: str) -> list[dict[str, Any]]:
         run_config_volume(run_name),
         # Counts against the container's memory limit.
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        SCRATCH_VOLUME,
     ]
 
 
@@ -63,6 +72,7 @@ def ray_pod_mounts(spec: GRPORunSpec) -> list[dict[str, Any]]:
         checkpoints,
         RUN_CONFIG_MOUNT,
         {"name": "dshm", "mountPath": "/dev/shm"},
+        SCRATCH_MOUNT,
     ]
 
 

@@ -36,7 +36,7 @@ def _refusal(manifest) -> str:
     "KUBERAY_GEN_RAY_START_CMD", "FQ_RAY_IP", "GRPO_RUN_CONFIG", "GRPO_REPORT_KEY_PATH",
     "GRPO_DRIVER_METRICS_PORT", "GRPO_ANYTHING_LATER", "VLLM_RAY_BUNDLE_INDICES",
     "VLLM_RAY_PER_WORKER_GPUS", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
-    "AMD_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES",
+    "AMD_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES", "HOME",
 ])
 def test_names_the_trainer_ray_kuberay_or_the_runtime_own_are_refused(name):
     assert reserved_env(name) is not None

@@ -132,6 +132,13 @@ def test_gpu_workers_land_on_the_gpu_pool_and_pods_are_hardened(stored):
         assert sc["allowPrivilegeEscalation"] is False, role
         assert sc["capabilities"] == {"drop": ["ALL"]}, role
         assert pod["automountServiceAccountToken"] is (role == "driver"), role
+        # A read-only root: writes go to the volumes, the home among them an emptyDir's /tmp.
+        assert sc["readOnlyRootFilesystem"] is True, role
+        container = pod["containers"][0]
+        (tmp,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/tmp"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes[tmp["name"]]["emptyDir"] == {}, role
+        assert {"name": "HOME", "value": "/tmp"} in container["env"], role
 
 
 def test_driver_job_fails_fast_on_non_retryable_codes(stored):
