@@ -24,7 +24,7 @@ from grpo_operator.children.network_policy import network_policy
 from grpo_operator.children.raycluster import ray_cluster
 from grpo_operator.conditions import set_condition, set_wire_condition
 from grpo_operator.errors import SpecInvalid, StatusUnreadable, describe, retry_delay
-from grpo_operator.kube import ChildConflict, Kube, merge_patch
+from grpo_operator.kube import ChildConflict, Kube, StaleStatus, merge_patch
 from grpo_operator.metrics import Metrics
 from grpo_operator.naming import ChildNames
 from grpo_operator.reconcile import Action, Decision, Event, Observed, Policy, decide
@@ -104,6 +104,9 @@ class Controller:
             try:
                 again = self.reconcile(*key)
                 self._failures.pop(key, None)
+            except StaleStatus as stale:  # not a failure: the next pass starts from now
+                log.info("%s; its pass starts again", stale)
+                again = 0.0
             except Exception as error:  # noqa: BLE001 - one run's failure must not stop the loop
                 self.metrics.reconcile_errors.inc()
                 failures = self._failures[key] = self._failures.get(key, 0) + 1
@@ -139,13 +142,12 @@ class Controller:
         except ValidationError as e:
             if status.phase not in (None, Phase.PENDING):
                 raise SpecInvalid(describe_validation_error(e)) from None
-            return self._invalid_spec(run, meta.get("generation", 0), status, old_wire,
-                                      describe_validation_error(e))
+            return self._invalid_spec(run, meta, status, old_wire, describe_validation_error(e))
         observed = self._observe(run, meta, spec, status)
         decision = decide(observed)
-        self._record(run, observed, decision, old_wire)
+        version = self._record(run, observed, decision, old_wire, meta["resourceVersion"])
         self._act(run, spec, decision)
-        self._unstalled(run, observed, decision)
+        self._unstalled(run, observed, decision, version)
         return decision.requeue_after
 
     def _observe(self, run: RunRef, meta: dict[str, Any], spec: GRPORunSpec,
@@ -195,10 +197,13 @@ class Controller:
                         cluster_pods=cluster_pods, gpu_pods=gpu_pods, policy=self.policy)
 
     def _record(self, run: RunRef, observed: Observed | None, decision: Decision,
-                old_wire: dict[str, Any]) -> None:
+                old_wire: dict[str, Any], version: str) -> str:
+        """Write the decided status over the one read at ``version`` (the pass's actions and
+        Events follow only once it is written); returns the run's resourceVersion after."""
         new_wire = decision.status.to_wire()
         if new_wire != old_wire:
-            self.kube.patch_status(run.namespace, run.name, merge_patch(old_wire, new_wire))
+            version = self.kube.patch_status(run.namespace, run.name,
+                                             merge_patch(old_wire, new_wire), version)
         if observed is not None:
             self.metrics.record((run.namespace, run.name), observed.status, decision.status,
                                 observed.created)
@@ -209,6 +214,7 @@ class Controller:
                     continue
                 announced.add(event.message)
             self.kube.event(run, event.type, event.reason, event.message)
+        return version
 
     def _act(self, run: RunRef, spec: GRPORunSpec, decision: Decision) -> None:
         k, status = self.kube, decision.status
@@ -245,7 +251,8 @@ class Controller:
         for job in decision.delete_jobs:
             k.delete("batch/v1", "Job", run.namespace, job)
 
-    def _unstalled(self, run: RunRef, observed: Observed, decision: Decision) -> None:
+    def _unstalled(self, run: RunRef, observed: Observed, decision: Decision,
+                   version: str) -> None:
         """A whole pass went through (its actions too): Stalled is over. Written only after
         the actions, or a pass failing in them would flip the condition twice per pass, and
         each write would wake the run again at once, defeating the backoff."""
@@ -256,7 +263,7 @@ class Controller:
                                    "Reconciled", "the last pass went through",
                                    generation=observed.generation, now=observed.now)
         self.kube.patch_status(run.namespace, run.name,
-                               {"conditions": [c.to_wire() for c in conditions]})
+                               {"conditions": [c.to_wire() for c in conditions]}, version)
 
     def _stalled(self, namespace: str, name: str, error: BaseException) -> None:
         """Say on the run why its pass failed: the Stalled condition (written on the status as
@@ -272,7 +279,8 @@ class Controller:
                                          message, generation=meta.get("generation"),
                                          now=_now())
             if updated != conditions:
-                self.kube.patch_status(namespace, name, {"conditions": updated})
+                self.kube.patch_status(namespace, name, {"conditions": updated},
+                                       meta["resourceVersion"])
             announced = self._announced.setdefault((namespace, name), set())
             if message not in announced:
                 announced.add(message)
@@ -281,11 +289,11 @@ class Controller:
         except Exception as e:  # noqa: BLE001 - the next pass tries again
             log.warning("could not record the failure on %s/%s: %s", namespace, name, e)
 
-    def _invalid_spec(self, run: RunRef, generation: int, status: GRPORunStatus,
+    def _invalid_spec(self, run: RunRef, meta: dict[str, Any], status: GRPORunStatus,
                       old_wire: dict[str, Any], message: str) -> None:
         """A new run's spec the models refuse (the CRD let it through: an older CRD, or a rule
         only the models check): it fails and nothing is created."""
-        now = _now()
+        now, generation = _now(), meta.get("generation", 0)
         for type_ in (ConditionType.ACCEPTED, ConditionType.FAILED):
             status.conditions = set_condition(
                 status.conditions, type_, type_ == ConditionType.FAILED, "InvalidSpec", message,
@@ -297,7 +305,7 @@ class Controller:
                                    finished_time=now)
         status.completion_time = now
         decision = Decision(status=status, events=[Event("Warning", "InvalidSpec", message)])
-        self._record(run, None, decision, old_wire)
+        self._record(run, None, decision, old_wire, meta["resourceVersion"])
         return None
 
 

@@ -22,6 +22,12 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = (5, 30)
 
 
+class StaleStatus(Exception):
+    """The run changed between the pass's read and its status write (another writer: a user's
+    edit, or a second operator instance): the write was refused, and the pass must start again
+    from what is stored now rather than apply a decision made on an older state."""
+
+
 class ChildConflict(Exception):
     """An object holds a child's name but is not controlled by this run (made beforehand by
     someone else, or left by a deleted run of the same name that garbage collection has not
@@ -165,12 +171,23 @@ class Kube:
                 name=name, namespace=namespace, body={"propagationPolicy": "Background"},
                 _request_timeout=REQUEST_TIMEOUT)
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """Merge-patch status (null removes a field)."""
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any],
+                     resource_version: str) -> str:
+        """Merge-patch status (null removes a field) of the run as read at
+        ``resource_version``: a run changed since is not written (``StaleStatus``). Returns
+        the new resourceVersion."""
         self._count()
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, {"status": status},
-            _request_timeout=REQUEST_TIMEOUT)
+        try:
+            stored = self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name,
+                {"metadata": {"resourceVersion": resource_version}, "status": status},
+                _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as e:
+            if e.status == 409:
+                raise StaleStatus(f"{namespace}/{name} is no longer at resourceVersion "
+                                  f"{resource_version}") from None
+            raise
+        return stored["metadata"]["resourceVersion"]
 
     def event(self, run: RunRef, type_: str, reason: str, message: str) -> None:
         self._count()
