@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +30,9 @@ class OperatorProcess:
     """The operator with the identity in ``kubeconfig`` (the cluster's admin by default) and
     ``env`` on top of this process's environment (operator settings, ``WATCH_NAMESPACES``;
     without it the operator is cluster-wide). Its own namespace (``GRPO_NAMESPACE``, which its
-    Deployment takes from the downward API) is ``default`` unless ``env`` names one.
+    Deployment takes from the downward API) is ``default`` unless ``env`` names one; so is
+    its leader-election identity (``GRPO_IDENTITY``, the pod's name there): one per instance,
+    kept across restarts, as a restarted container keeps its pod's name.
     Restartable, to test that restarts lose nothing; a context manager that starts and stops
     it."""
 
@@ -38,12 +41,14 @@ class OperatorProcess:
         self.log_path = log_path
         self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.env = env or {}
+        self.identity = f"{log_path.stem}-{uuid.uuid4().hex[:6]}"
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60) -> None:
         """Start it and return once its liveness endpoint answers."""
         port = free_port()
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "GRPO_NAMESPACE": "default"}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "GRPO_NAMESPACE": "default",
+               "GRPO_IDENTITY": self.identity}
         env.pop("WATCH_NAMESPACES", None)
         env.update(self.env)
         with self.log_path.open("ab") as log:

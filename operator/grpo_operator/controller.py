@@ -75,7 +75,8 @@ class Controller:
     def stop(self) -> None:
         self.queue.close()
         for t in self._threads:
-            t.join(10)
+            if t.ident is not None:  # a follower's workers never started
+                t.join(10)
 
     def _account(self, key: Key, done: bool) -> None:
         cost = self.cost.setdefault(key, [0, 0])

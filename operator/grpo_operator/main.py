@@ -8,6 +8,8 @@ deleting a GRPORun never waits for the operator.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from typing import Any
 
 import kopf
@@ -24,6 +26,7 @@ from grpo_operator.api.constants import (
 )
 from grpo_operator.controller import Controller
 from grpo_operator.kube import Kube
+from grpo_operator.leader import LeaderElection
 from grpo_operator.metrics import Metrics
 from grpo_operator.signing import load_or_create_signing_key
 
@@ -56,15 +59,30 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     api = client.ApiClient()
     signing_key = load_or_create_signing_key(client.CoreV1Api(api), own.namespace,
                                              own.signing_secret)
-    memo.controller = Controller(Kube(api), workers=own.workers, policy=own.policy,
-                                 metrics=metrics, signing_key=signing_key)
-    memo.controller.start()
+    controller = memo.controller = Controller(Kube(api), workers=own.workers, policy=own.policy,
+                                              metrics=metrics, signing_key=signing_key)
     logging.getLogger("grpo_operator").setLevel(logging.INFO)
+    memo.election = None
+    if own.leader_election is None:
+        controller.start()
+        return
+    # Every instance watches and queues; only the Lease's holder reconciles. One that loses the
+    # Lease stops taking work and exits, as client-go's controllers do: its Deployment starts it
+    # again as a candidate. (A pass still running then writes nothing over a newer status.)
+    def lost() -> None:
+        controller.queue.close()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    memo.election = LeaderElection(api, own.leader_election, on_started=controller.start,
+                                   on_lost=lost)
+    memo.election.start()
 
 
 @kopf.on.cleanup()
 def cleanup(memo: kopf.Memo, **_: Any) -> None:
     memo.controller.stop()
+    if memo.election is not None:
+        memo.election.stop()
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from grpo_operator.acceptance import HOST_PATH_PREFIXES_ENV, Confinement, host_path_prefixes
+from grpo_operator.leader import LeaseSettings
 from grpo_operator.reconcile import Policy
 
 
@@ -21,6 +23,8 @@ class Settings:
     signing_secret: str = "grpo-operator-report-signing"
     """The Secret (in ``namespace``) holding the key every run's report key derives from."""
     policy: Policy = field(default_factory=Policy)
+    leader_election: LeaseSettings | None = None
+    """The Lease that elects the one acting instance (None: this instance acts alone)."""
 
 
 def _number(env: Mapping[str, str], name: str, default: float, cast: type = float) -> float:
@@ -41,11 +45,26 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     defaults = Policy()
     signing_secret = env.get("GRPO_SIGNING_SECRET", "").strip() or Settings.signing_secret
+    namespace = env.get("GRPO_NAMESPACE", "").strip() or Settings.namespace
+    election = None
+    if env.get("GRPO_LEADER_ELECTION", "").strip().lower() in ("1", "true", "yes"):
+        lease = _number(env, "GRPO_LEASE_SECONDS", LeaseSettings.lease_seconds)
+        election = LeaseSettings(
+            namespace=namespace,
+            name=env.get("GRPO_LEASE_NAME", "").strip() or "grpo-operator-leader",
+            # The pod's name (the chart sets it); a process elsewhere is told apart by its pid.
+            identity=env.get("GRPO_IDENTITY", "").strip()
+            or f"{socket.gethostname()}-{os.getpid()}",
+            lease_seconds=lease,
+            renew_deadline_seconds=lease * 2 / 3,
+            retry_seconds=lease * 2 / 15,
+        )
     return Settings(
         workers=max(1, int(_number(env, "GRPO_WORKERS", 2, int))),
         metrics_port=int(_number(env, "GRPO_METRICS_PORT", 0, int)),
-        namespace=env.get("GRPO_NAMESPACE", "").strip() or Settings.namespace,
+        namespace=namespace,
         signing_secret=signing_secret,
+        leader_election=election,
         policy=Policy(
             cluster_unhealthy_seconds=_number(env, "GRPO_CLUSTER_UNHEALTHY_SECONDS",
                                               defaults.cluster_unhealthy_seconds),

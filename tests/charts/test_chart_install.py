@@ -121,10 +121,10 @@ def test_the_release_is_deployed_and_its_pod_admitted_as_restricted(cluster, cha
     ns = client.CoreV1Api(k8s_api).read_namespace(RELEASE_NAMESPACE)
     assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
     deployment = client.AppsV1Api(k8s_api).read_namespaced_deployment(RELEASE, RELEASE_NAMESPACE)
-    assert deployment.status.available_replicas == 1
+    assert deployment.status.available_replicas == 2  # one leads, one stands by
     pods = client.CoreV1Api(k8s_api).list_namespaced_pod(
         RELEASE_NAMESPACE, label_selector=f"app.kubernetes.io/instance={RELEASE}").items
-    assert [p.spec.service_account_name for p in pods] == [chart_identity.service_account]
+    assert [p.spec.service_account_name for p in pods] == [chart_identity.service_account] * 2
     assert chart_identity.watch_namespaces == ()
 
 
@@ -150,3 +150,16 @@ def test_the_signing_secret_is_made_and_read_in_the_release_namespace(as_operato
     assert can(as_operator, "create", "", "secrets", RELEASE_NAMESPACE)
     for verb in ("list", "watch", "update", "patch", "delete"):
         assert not can(as_operator, verb, "", "secrets", RELEASE_NAMESPACE, SIGNING_SECRET), verb
+
+
+def test_the_lease_is_read_and_renewed_by_name_in_the_release_namespace(as_operator):
+    lease = f"{RELEASE}-leader"
+    group = "coordination.k8s.io"
+    for verb in ("get", "update"):
+        assert can(as_operator, verb, group, "leases", RELEASE_NAMESPACE, lease), verb
+        assert not can(as_operator, verb, group, "leases", RELEASE_NAMESPACE, "other"), verb
+    assert can(as_operator, "create", group, "leases", RELEASE_NAMESPACE)
+    for verb in ("list", "watch", "delete", "patch"):
+        assert not can(as_operator, verb, group, "leases", RELEASE_NAMESPACE, lease), verb
+    assert not can(as_operator, "get", group, "leases", NS, lease)  # nowhere else
+

@@ -79,20 +79,34 @@ SIGNING_RULES = [
 ]
 
 
-def signing_role(docs: list[dict]) -> dict:
-    """The release namespace's signing Role, checked bound to the release's ServiceAccount."""
-    [role] = [r for r in by_kind(docs, "Role") if r["metadata"]["name"] == SIGNING]
-    [binding] = [b for b in by_kind(docs, "RoleBinding") if b["metadata"]["name"] == SIGNING]
+LEASE = "grpo-operator-leader"  # the release's fullname + "-leader"
+# In the release namespace only, with leader election: the one Lease, read and renewed by name.
+LEASE_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [LEASE],
+     "verbs": ["get", "update"]},
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+]
+RELEASE_ROLES = (SIGNING, LEASE)
+
+
+def release_role(docs: list[dict], name: str) -> dict:
+    """A Role of the release namespace, checked bound to the release's ServiceAccount."""
+    [role] = [r for r in by_kind(docs, "Role") if r["metadata"]["name"] == name]
+    [binding] = [b for b in by_kind(docs, "RoleBinding") if b["metadata"]["name"] == name]
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "grpo-system"
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                  "name": SIGNING}
+                                  "name": name}
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "grpo-operator", "namespace": "grpo-system"}]
     return role
 
 
+def signing_role(docs: list[dict]) -> dict:
+    return release_role(docs, SIGNING)
+
+
 def run_roles(docs: list[dict]) -> list[dict]:
-    return [r for r in by_kind(docs, "Role") if r["metadata"]["name"] != SIGNING]
+    return [r for r in by_kind(docs, "Role") if r["metadata"]["name"] not in RELEASE_ROLES]
 
 
 @pytest.mark.parametrize("extra", [(), NAMESPACED], ids=["cluster-wide", "namespaced"])
@@ -110,6 +124,7 @@ def test_default_is_one_cluster_wide_role_with_exactly_the_operators_grants(helm
     assert grants(rules_of(docs, "ClusterRole")) == RUN_GRANTS | CRD_GRANTS
     assert run_roles(docs) == []
     assert signing_role(docs)["rules"] == SIGNING_RULES
+    assert release_role(docs, LEASE)["rules"] == LEASE_RULES
     binding = by_kind(docs, "ClusterRoleBinding")[0]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "grpo-operator", "namespace": "grpo-system"}]
@@ -124,7 +139,7 @@ def test_namespaced_grants_stay_in_the_listed_namespaces(helm_bin):
     for role in roles:
         assert grants(role["rules"]) == RUN_GRANTS
     assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")
-                  if b["metadata"]["name"] != SIGNING) == ["team-a", "team-b"]
+                  if b["metadata"]["name"] not in RELEASE_ROLES) == ["team-a", "team-b"]
     assert signing_role(docs)["rules"] == SIGNING_RULES
     # Cluster-wide, only kopf's discovery: the CRD and the namespaces, read-only.
     assert grants(rules_of(docs, "ClusterRole")) == CRD_GRANTS | {
@@ -143,7 +158,7 @@ def test_no_wildcards_and_secrets_are_only_created_and_read_by_name(helm_bin, ex
     unnamed = [rule for rule in rules if not rule.get("resourceNames")]
     assert {v for g, r, v in grants(unnamed) if r == "secrets"} == {"create", "get"}
     named = [rule for rule in rules if rule.get("resourceNames")]
-    assert named == [SIGNING_RULES[0]]
+    assert named == [SIGNING_RULES[0], LEASE_RULES[0]]
 
 
 def test_the_signing_secret_follows_the_fullname(helm_bin):
@@ -154,11 +169,9 @@ def test_the_signing_secret_follows_the_fullname(helm_bin):
     assert renamed["rules"][0]["resourceNames"] == ["grpo-report-signing"]
 
 
-def test_the_deployment_is_one_recreated_hardened_pod_probed_by_kopf(helm_bin):
+def test_the_deployments_pods_are_hardened_and_probed_by_kopf(helm_bin):
     deployment = by_kind(render(helm_bin), "Deployment")[0]
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -236,7 +249,7 @@ def test_a_service_monitor_without_metrics_is_refused(helm_bin):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("--set", "replicas=2"), "at '/replicas': maximum: got 2, want 1"),
+    (("--set", "replicas=6"), "at '/replicas': maximum: got 6, want 5"),
     (("--set", "image.pullPolicy=Sometimes"),
      "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
     (("--set", "watchNamespaces={Team_A}"), "at '/watchNamespaces/0': 'Team_A' does not match"),
@@ -286,3 +299,25 @@ def test_allowed_images_add_an_admission_policy_only_when_set(helm_bin):
                          "ValidatingAdmissionPolicyBinding")[0]
     (selector,) = namespaced["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
     assert selector["values"] == ["team-a", "team-b"]
+
+
+def test_two_replicas_elect_a_leader_through_the_lease_by_default(helm_bin):
+    deployment = by_kind(render(helm_bin), "Deployment")[0]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GRPO_LEADER_ELECTION"]["value"] == "true"
+    assert env["GRPO_LEASE_NAME"]["value"] == LEASE
+    assert env["GRPO_LEASE_SECONDS"]["value"] == "15"
+    assert env["GRPO_IDENTITY"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+    alone = render(helm_bin, "--set", "replicas=1", "--set", "leaderElection.enabled=false")
+    deployment = by_kind(alone, "Deployment")[0]
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert LEASE not in {r["metadata"]["name"] for r in by_kind(alone, "Role")}
+    proc = run_helm(helm_bin, "template", "x", str(CHART), "--set", "replicas=2",
+                    "--set", "leaderElection.enabled=false")
+    assert proc.returncode != 0
+    assert "replicas > 1 needs leaderElection.enabled" in proc.stderr
+

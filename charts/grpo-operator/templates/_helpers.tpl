@@ -44,6 +44,11 @@ operator reads, and creates when it is absent (GRPO_SIGNING_SECRET names it). */
 {{- printf "%s-report-signing" (include "grpo-operator.fullname" .) }}
 {{- end }}
 
+{{/* The coordination.k8s.io Lease in the release namespace that elects the acting replica. */}}
+{{- define "grpo-operator.leaseName" -}}
+{{- printf "%s-leader" (include "grpo-operator.fullname" .) }}
+{{- end }}
+
 {{- define "grpo-operator.image" -}}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}

@@ -1,0 +1,107 @@
+"""Two operator replicas as the chart runs them (leader election on, the chart's identity): one
+leads, the other stands by; the leader SIGKILLed mid-provisioning is replaced once its Lease
+runs out, the run completes, and one RayCluster and one driver Job exist throughout."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kubernetes import client
+
+from tests.operator.conftest import (
+    OPERATOR_SETTINGS,
+    OperatorProcess,
+    host_path_settings,
+    running_session_operator,
+)
+from tests.operator.lifecycle.runs import tiny_example
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+LEASE_SECONDS = 6
+
+
+class ChildCount:
+    """The most RayClusters and driver Jobs of the run seen at once, looked at all along."""
+
+    def __init__(self, runs, name: str):
+        self.runs, self.name = runs, name
+        self.most = {"RayCluster": 0, "Job": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(10)
+
+    def _watch(self):
+        while not self._stop.wait(0.5):
+            try:
+                children = self.runs.children(self.name)
+            except Exception:  # noqa: BLE001, S112 - a look may fail; the next one counts
+                continue
+            for kind in self.most:
+                self.most[kind] = max(self.most[kind], len(children.get(kind, [])))
+
+
+def test_a_killed_leader_is_replaced_within_its_lease_and_the_run_completes(
+        cluster, chart_identity, runs, tmp_path, tmp_path_factory, request):
+    env = {**chart_identity.operator_env, **OPERATOR_SETTINGS, "GRPO_METRICS_PORT": "0",
+           "GRPO_LEASE_SECONDS": str(LEASE_SECONDS), **host_path_settings(tmp_path_factory)}
+    assert env["GRPO_LEADER_ELECTION"] == "true"  # as the chart installs it
+    leases = client.CoordinationV1Api(runs.api)
+
+    def holder() -> str | None:
+        try:
+            return leases.read_namespaced_lease(env["GRPO_LEASE_NAME"], chart_identity.namespace
+                                                ).spec.holder_identity
+        except client.ApiException:
+            return None
+
+    session = running_session_operator(request)
+    with session.paused():
+        replicas = {}
+        for name in ("replica-a", "replica-b"):
+            replicas[name] = OperatorProcess(cluster, tmp_path / f"{name}.log",
+                                             kubeconfig=chart_identity.kubeconfig, env=env)
+        try:
+            for replica in replicas.values():
+                replica.start()
+            identities = {r.identity: r for r in replicas.values()}
+            leader = identities[wait_for(lambda: holder() in identities and holder(), 30,
+                                         what="a leader")]
+            body = tiny_example(tmp_path)
+            name = body["metadata"]["name"]
+            with ChildCount(runs, name) as count:
+                runs.create(body)
+                wait_for(lambda: runs.ray_cluster(name), 60, what="the RayCluster")
+                leader.kill()  # mid-provisioning, as a node loss would
+                killed = time.monotonic()
+                standby = next(r for r in replicas.values() if r is not leader)
+                wait_for(lambda: holder() == standby.identity, 4 * LEASE_SECONDS,
+                         interval=0.2, what="the stand-by taking over")
+                took_over = time.monotonic() - killed
+                wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed"), 600,
+                         what="the end")
+            status = runs.status(name)
+            assert status["phase"] == "Succeeded", status
+            assert (status["recovery"]["attempt"], status["recovery"]["restarts"]) == (1, 0)
+            assert count.most == {"RayCluster": 1, "Job": 1}, count.most
+            assert runs.children(name).get("Job") == [f"{name}-a1"]
+            # Not before the Lease ran out (it was renewed just before the kill), not much after.
+            assert LEASE_SECONDS * 0.5 <= took_over <= LEASE_SECONDS + 5, took_over
+            print(f"the stand-by took over {took_over:.1f} s after the leader was killed")
+            standby_log = standby.log_path.read_text()
+            assert f"{standby.identity} took over Lease" in standby_log
+        finally:
+            for replica in replicas.values():
+                replica.stop()
+        for replica in replicas.values():
+            assert replica.refusals() == [], replica.log_path
