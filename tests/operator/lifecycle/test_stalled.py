@@ -37,7 +37,9 @@ def test_a_pre_created_auth_secret_is_never_used(runs, tmp_path):
     assert condition["reason"] == "ChildConflict"
     assert "Secret squat-ray-auth exists but is controlled by nothing" in condition["message"]
     assert runs.ray_cluster("squat") is None  # nothing was built on the squatter's token
-    assert [e for e in runs.events("squat") if e[:2] == ("Warning", "ChildConflict")]
+    # The Event follows the condition's write.
+    wait_for(lambda: [e for e in runs.events("squat") if e[:2] == ("Warning", "ChildConflict")],
+             30, what="the ChildConflict Event")
 
     runs.core.delete_namespaced_secret("squat-ray-auth", runs.namespace)
     wait_for(lambda: runs.ray_cluster("squat"), 120, what="the RayCluster once the name is free")
