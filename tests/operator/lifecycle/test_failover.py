@@ -6,7 +6,6 @@ twice: the run completes in its first attempt, one RayCluster and one driver Job
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -19,38 +18,25 @@ from tests.operator.conftest import (
     running_session_operator,
 )
 from tests.operator.lifecycle.runs import tiny_example
-from tests.waiting import wait_for
+from tests.waiting import Watching, wait_for
 
 pytestmark = pytest.mark.cluster
 
 LEASE_SECONDS = 6
 
 
-class ChildCount:
+class ChildCount(Watching):
     """The most RayClusters and driver Jobs of the run seen at once, looked at all along."""
 
     def __init__(self, runs, name: str):
+        super().__init__()
         self.runs, self.name = runs, name
         self.most = {"RayCluster": 0, "Job": 0}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
 
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(10)
-
-    def _watch(self):
-        while not self._stop.wait(0.5):
-            try:
-                children = self.runs.children(self.name)
-            except Exception:  # noqa: BLE001, S112 - a look may fail; the next one counts
-                continue
-            for kind in self.most:
-                self.most[kind] = max(self.most[kind], len(children.get(kind, [])))
+    def look(self) -> None:
+        children = self.runs.children(self.name)
+        for kind in self.most:
+            self.most[kind] = max(self.most[kind], len(children.get(kind, [])))
 
 
 def test_killed_leaders_are_replaced_within_their_lease_and_the_run_loses_nothing(

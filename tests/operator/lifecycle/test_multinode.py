@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import urllib.request
 
 import pytest
 
 from grpo_operator.api.checkpoint_layout import step_dir_name
 from tests.operator.lifecycle.runs import tiny_example
-from tests.waiting import wait_for
+from tests.waiting import Watching, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -34,44 +33,31 @@ def two_worker_run(tmp_path, placement: str, steps: int) -> dict:
     return body
 
 
-class NodeWatch:
+class NodeWatch(Watching):
     """While the run goes: where its actors are (Ray's state API on the head, mapped to pods
     by IP) and what each node's /dev/shm holds, step by step."""
 
     def __init__(self, cluster, runs, name: str):
+        super().__init__()
         self.cluster, self.runs, self.name = cluster, runs, name
         self.actors: dict[str, set[str]] = {}  # class name -> pod names
         self.shm: list[tuple[int, str, int, list[str]]] = []  # (step, pod, bytes, files)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(10)
 
     def placed(self) -> bool:
         """Both kinds of actor have been seen (they live from the engine's start on, well
         before the first step)."""
         return {"RolloutEngine", "LearnerRank"} <= set(self.actors)
 
-    def _run(self):
-        while not self._stop.wait(0.5):
-            try:
-                step = self.runs.ledger(self.name).get("completedSteps", 0)
-                nodes = self.cluster.ray_pods.nodes(self.runs.namespace, self.name)
-                for pod, node in nodes.items():
-                    if node.exited() is None:
-                        used, files = node.shm()
-                        self.shm.append((step, pod, used, files))
-                head = next((n for n in nodes.values() if n.is_head), None)
-                if head is not None and not self.placed():
-                    self._actors(head, {n.ip: pod for pod, n in nodes.items()})
-            except Exception:  # noqa: BLE001, S112 - a node may go between two looks
-                continue
+    def look(self) -> None:
+        step = self.runs.ledger(self.name).get("completedSteps", 0)
+        nodes = self.cluster.ray_pods.nodes(self.runs.namespace, self.name)
+        for pod, node in nodes.items():
+            if node.exited() is None:
+                used, files = node.shm()
+                self.shm.append((step, pod, used, files))
+        head = next((n for n in nodes.values() if n.is_head), None)
+        if head is not None and not self.placed():
+            self._actors(head, {n.ip: pod for pod, n in nodes.items()})
 
     def _actors(self, head, pods_by_ip):
         def get(path):
