@@ -6,8 +6,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
-# Two workers: the cluster tests on one, the trainer tests (their local Ray and vLLM engine) on
-# the other, the quick tests wherever there is room (tests/conftest.py groups them).
+# Two pytest processes side by side: the cluster tests and the rest (hack/run-tests.sh).
 PYTEST_WORKERS ?= 2
 
 .PHONY: help venv controlplane test lint manifests manifests-check run demo bench cluster-up cluster-down
@@ -22,7 +21,7 @@ controlplane: ## build the pinned control-plane binaries into the cache (once)
 	@bash hack/build-controlplane.sh >/dev/null
 
 test: venv controlplane manifests-check ## the whole suite, from a fresh clone
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	@PYTHON=$(PY) PYTEST_WORKERS=$(PYTEST_WORKERS) bash hack/run-tests.sh $(PYTEST_ARGS)
 
 manifests: venv ## regenerate crds/, charts/grpo-operator/crds/ and docs/api.md from the models
 	$(PY) -m grpo_operator.api.generate

@@ -47,27 +47,3 @@ def namespace(k8s_api) -> Iterator[str]:
     name = new_namespace(k8s_api, "t")
     yield name
     delete_namespace(k8s_api, name)
-
-
-# -- running on two workers (pytest-xdist, `--dist loadgroup`) ---------------------------------
-
-# Tests that share one expensive session thing stay on one worker, so that each is started
-# once: the local control plane (and every run on it), and the trainer tests' local Ray with
-# its vLLM engine. The two groups are collected first, so that each worker starts on one of
-# them at once; the quick tests fill in after.
-_SESSION_GROUPS = {"cluster": ("cluster",), "ray": ("local_ray", "ray_head")}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    def group(item: pytest.Item) -> str | None:
-        for name, fixtures in _SESSION_GROUPS.items():
-            if any(f in item.fixturenames for f in fixtures):
-                return name
-        return "cluster" if item.get_closest_marker("cluster") else None
-
-    groups = {id(item): group(item) for item in items}
-    order = list(_SESSION_GROUPS)
-    items.sort(key=lambda item: order.index(groups[id(item)]) if groups[id(item)] else len(order))
-    for item in items:
-        if groups[id(item)]:
-            item.add_marker(pytest.mark.xdist_group(groups[id(item)]))
