@@ -22,6 +22,11 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = (5, 30)
 
 
+# Creates of one child tried in a pass while its name is held at the create and free at the
+# read (someone deleting it meanwhile).
+CREATE_ATTEMPTS = 3
+
+
 class StaleStatus(Exception):
     """The run changed between the pass's read and its status write (another writer: a user's
     edit, or a second operator instance): the write was refused, and the pass must start again
@@ -125,21 +130,27 @@ class Kube:
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:
         """Create the child ``obj``; one of that name already there is left as it is (returns
-        False) if the same run controls it, else ChildConflict."""
-        self._count()
+        False) if the same run controls it, else ChildConflict. One deleted between the refused
+        create and the read is created after all: the pass must not go on as if it existed."""
         meta = obj["metadata"]
         resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        try:
-            resource.create(body=obj, namespace=meta["namespace"],
-                            _request_timeout=REQUEST_TIMEOUT)
-            return True
-        except dynamic.exceptions.ConflictError:
-            pass
         uid = _controller_uid(obj)
-        existing = self.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
-        if existing is not None and not controlled_by(existing, uid):
-            raise ChildConflict(existing, uid)
-        return False
+        for _ in range(CREATE_ATTEMPTS):
+            self._count()
+            try:
+                resource.create(body=obj, namespace=meta["namespace"],
+                                _request_timeout=REQUEST_TIMEOUT)
+                return True
+            except dynamic.exceptions.ConflictError:
+                pass
+            existing = self.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+            if existing is None:
+                continue
+            if not controlled_by(existing, uid):
+                raise ChildConflict(existing, uid)
+            return False
+        raise RuntimeError(f"{obj['kind']} {meta['name']} was there at each create and gone "
+                           f"at each read ({CREATE_ATTEMPTS} times)")
 
     def ensure_config_map(self, obj: dict[str, Any]) -> None:
         """Create the ConfigMap, or replace its data when it differs (the run config changes

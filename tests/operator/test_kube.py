@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from grpo_operator.kube import controlled_by, merge_patch
 
 
@@ -36,3 +38,33 @@ def test_a_child_counts_only_when_this_run_controls_it():
     assert not controlled_by(mine, "u-2")
     assert not controlled_by({"metadata": {"ownerReferences": [{"uid": "u-1"}]}}, "u-1")
     assert not controlled_by({"metadata": {}}, "u-1")
+
+
+@pytest.mark.cluster
+def test_a_child_deleted_between_the_refused_create_and_the_read_is_created(k8s_api, namespace):
+    """Against the real API server: the name is held when the create is tried and free when it
+    is read (its holder deleted it meanwhile): the child is made, not taken as there."""
+    from kubernetes import client
+
+    from grpo_operator.kube import Kube
+
+    core = client.CoreV1Api(k8s_api)
+    owner = core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="owner")))  # a real one: GC keeps its children
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="child")))
+
+    class DeletedMeanwhile(Kube):
+        def get(self, api_version, kind, ns, name):
+            core.delete_namespaced_config_map(name, ns)  # after the create was refused
+            return super().get(api_version, kind, ns, name)
+
+    child = {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": "child", "namespace": namespace,
+                          "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                               "name": "owner", "uid": owner.metadata.uid,
+                                               "controller": True}]},
+             "data": {"made": "by the run"}}
+    assert DeletedMeanwhile(k8s_api).create_if_absent(child) is True
+    stored = core.read_namespaced_config_map("child", namespace)
+    assert stored.data == {"made": "by the run"}
