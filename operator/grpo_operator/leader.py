@@ -34,8 +34,15 @@ class LeaseSettings:
     name: str
     identity: str
     lease_seconds: float = 15.0
-    renew_deadline_seconds: float = 10.0
-    retry_seconds: float = 2.0
+
+    # client-go's defaults (15 s, 10 s, 2 s), in proportion to the lease.
+    @property
+    def renew_deadline_seconds(self) -> float:
+        return self.lease_seconds * 2 / 3
+
+    @property
+    def retry_seconds(self) -> float:
+        return self.lease_seconds * 2 / 15
 
     @property
     def request_timeout(self) -> tuple[float, float]:

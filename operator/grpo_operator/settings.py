@@ -48,16 +48,13 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     namespace = env.get("GRPO_NAMESPACE", "").strip() or Settings.namespace
     election = None
     if env.get("GRPO_LEADER_ELECTION", "").strip().lower() in ("1", "true", "yes"):
-        lease = _number(env, "GRPO_LEASE_SECONDS", LeaseSettings.lease_seconds)
         election = LeaseSettings(
             namespace=namespace,
             name=env.get("GRPO_LEASE_NAME", "").strip() or "grpo-operator-leader",
             # The pod's name (the chart sets it); a process elsewhere is told apart by its pid.
             identity=env.get("GRPO_IDENTITY", "").strip()
             or f"{socket.gethostname()}-{os.getpid()}",
-            lease_seconds=lease,
-            renew_deadline_seconds=lease * 2 / 3,
-            retry_seconds=lease * 2 / 15,
+            lease_seconds=_number(env, "GRPO_LEASE_SECONDS", LeaseSettings.lease_seconds),
         )
     return Settings(
         workers=max(1, int(_number(env, "GRPO_WORKERS", 2, int))),

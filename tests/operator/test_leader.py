@@ -26,8 +26,7 @@ class Candidate:
         self.lost = threading.Event()
         self.election = LeaderElection(
             api, LeaseSettings(namespace=namespace, name=lease, identity=identity,
-                               lease_seconds=LEASE_SECONDS, renew_deadline_seconds=2.0,
-                               retry_seconds=0.4),
+                               lease_seconds=LEASE_SECONDS),
             on_started=self.started.set, on_lost=self.lost.set)
         self.election.start()
 

@@ -9,6 +9,7 @@ import contextlib
 
 import pytest
 
+from grpo_operator.api.constants import GROUP, PLURAL, VERSION
 from grpo_operator.controller import Controller
 from grpo_operator.kube import Kube, StaleStatus
 from tests.operator.conftest import running_session_operator
@@ -39,7 +40,7 @@ class ConcurrentWriter(Kube):
         if body is not None and self.times > 0:
             self.times -= 1
             self.custom.patch_namespaced_custom_object(
-                "grpo.dev", "v1alpha1", namespace, "grporuns", name,
+                GROUP, VERSION, namespace, PLURAL, name,
                 {"metadata": {"annotations": {"example.com/touched": str(self.times)}}})
         return body
 
