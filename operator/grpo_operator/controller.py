@@ -12,7 +12,7 @@ from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from grpo_operator.acceptance import claims
-from grpo_operator.api.constants import ConditionType, Outcome, Phase, Reason
+from grpo_operator.api.constants import KIND, LABEL_RUN, ConditionType, Outcome, Phase, Reason
 from grpo_operator.api.report import REPORT_KEY, REPORT_SIGNATURE_KEY, describe_validation_error
 from grpo_operator.api.run_config import ResumeMode, RunConfig
 from grpo_operator.api.spec import GRPORunSpec
@@ -20,7 +20,7 @@ from grpo_operator.api.status import GRPORunStatus, Terminal
 from grpo_operator.children import configmaps, identity
 from grpo_operator.children.driver_job import driver_job
 from grpo_operator.children.meta import RunRef
-from grpo_operator.children.network_policy import network_policy
+from grpo_operator.children.network_policy import RAY_CLUSTER_LABEL, network_policy
 from grpo_operator.children.raycluster import ray_cluster
 from grpo_operator.conditions import set_condition, set_wire_condition
 from grpo_operator.errors import SpecInvalid, StatusUnreadable, describe, retry_delay
@@ -38,6 +38,9 @@ _ANNOUNCED_ONCE = (Reason.REPORT_REJECTED, Reason.POD_NOT_STARTING)
 _EXPECTED_ERRORS = (ApiException, ChildConflict, StatusUnreadable, SpecInvalid)
 
 Key = tuple[str, str]  # (namespace, name)
+# After a status write that asked for no requeue: long enough for the write's echo to reach the
+# cache (the pass then reads no run by request).
+SETTLE_SECONDS = 1.0
 
 
 def _now() -> datetime.datetime:
@@ -79,15 +82,40 @@ class Controller:
                 t.join(10)
 
     def _account(self, key: Key, done: bool) -> None:
-        cost = self.cost.setdefault(key, [0, 0])
-        cost[0] += self.kube.take_request_count()
-        cost[1] += 1
+        cost = self.cost.setdefault(key, [0, 0, 0])
+        requests, reads = self.kube.take_request_count()
+        cost[0] += requests
+        cost[1] += reads
+        cost[2] += 1
         if done:
-            requests, passes = self.cost.pop(key)
-            log.info("run %s/%s: %d API requests in %d reconcile passes", *key, requests, passes)
+            requests, reads, passes = self.cost.pop(key)
+            log.info("run %s/%s: %d API requests (%d reads) in %d reconcile passes", *key,
+                     requests, reads, passes)
 
     def enqueue(self, namespace: str, name: str) -> None:
         self.queue.add((namespace, name))
+
+    def run_event(self, event_type: str | None, body: dict[str, Any]) -> None:
+        """A watch event of a run: cached, and the run queued unless the event is the echo of
+        this process's own status write (that pass already chose when to look again; waking
+        the run at every write would also undo a failed pass's backoff)."""
+        meta = body["metadata"]
+        if event_type == "DELETED":
+            self.kube.cache.remove(KIND, body)
+            self.kube.cache.forget_run(meta["namespace"], meta["name"])
+            self.forget(meta["namespace"], meta["name"])
+        elif not self.kube.cache.put(KIND, body):
+            self.enqueue(meta["namespace"], meta["name"])
+
+    def child_event(self, kind: str, event_type: str | None, body: dict[str, Any]) -> None:
+        """A watch event of a run's child (a RayCluster turning ready, a Job failing, a report
+        written; the cache has it already): its run is woken."""
+        meta = body["metadata"]
+        if event_type == "DELETED":
+            self.kube.cache.remove(kind, body)
+        run = (meta.get("labels") or {}).get(LABEL_RUN)
+        if run:
+            self.enqueue(meta["namespace"], run)
 
     def forget(self, namespace: str, name: str) -> None:
         self.queue.forget((namespace, name))
@@ -149,6 +177,10 @@ class Controller:
         version = self._record(run, observed, decision, old_wire, meta["resourceVersion"])
         self._act(run, spec, decision)
         self._unstalled(run, observed, decision, version)
+        if version != meta["resourceVersion"] and decision.requeue_after is None:
+            # A written status is looked at once more before the run is left until its next
+            # event: the write's own echo does not wake it (``run_event``).
+            return SETTLE_SECONDS
         return decision.requeue_after
 
     def _observe(self, run: RunRef, meta: dict[str, Any], spec: GRPORunSpec,
@@ -163,18 +195,18 @@ class Controller:
         report_map_missing = False
         pods: list[dict[str, Any]] = []
         if status.children.ray_cluster:
-            rc = k.get_child("ray.io/v1", "RayCluster", run, names.ray_cluster)
+            rc = k.get_child("RayCluster", run, names.ray_cluster)
         driver = status.children.driver_job
         if driver and (status.phase == Phase.RUNNING or status.stopping):
-            job = k.get_child("batch/v1", "Job", run, driver)
+            job = k.get_child("Job", run, driver)
             # A failed driver's exit code, whether a stopped one is still finishing, or why a
             # driver that has not reported yet does not start.
             reported = (status.accepted_report is not None
                         and status.accepted_report.attempt == status.recovery.attempt)
             if status.stopping or (job is not None and (_job_failed(job) or not reported)):
-                pods = [p for p in k.list_pods(run.namespace, f"job-name={driver}")
+                pods = [p for p in k.pods(run, {"job-name": driver}, None)
                         if _made_by_job(p, driver, job)]
-            cm = k.get_child("v1", "ConfigMap", run, names.report_config_map)
+            cm = k.get_child("ConfigMap", run, names.report_config_map)
             report_map_missing = cm is None
             data = (cm or {}).get("data") or {}
             report, signature = data.get(REPORT_KEY), data.get(REPORT_SIGNATURE_KEY)
@@ -182,12 +214,12 @@ class Controller:
         due = (status.stopping is not None or metered is None
                or (now - metered).total_seconds() >= self.policy.meter_interval_seconds)
         cluster_pods = None
-        ready = status.condition(ConditionType.CLUSTER_READY)
-        if rc is not None and (ready is None or ready.status != "True"):
-            cluster_pods = k.list_pods(run.namespace, f"ray.io/cluster={names.ray_cluster}")
+        if rc is not None:
+            # KubeRay controls the pods it makes for the cluster.
+            cluster_pods = k.pods(run, {RAY_CLUSTER_LABEL: names.ray_cluster},
+                                  rc["metadata"]["uid"])
         if rc is not None and spec.resources.gpus_per_worker and due:
-            gpu_pods = cluster_pods if cluster_pods is not None else k.list_pods(
-                run.namespace, f"ray.io/cluster={names.ray_cluster}")
+            gpu_pods = cluster_pods
         return Observed(name=run.name, generation=meta.get("generation", 0), spec=spec,
                         status=status, now=now,
                         created=_timestamp(meta.get("creationTimestamp")),

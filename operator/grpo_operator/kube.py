@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import json
 import logging
 import threading
@@ -13,6 +14,7 @@ from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
 from grpo_operator.api.constants import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from grpo_operator.cache import ObjectCache
 from grpo_operator.children.meta import RunRef
 
 log = logging.getLogger(__name__)
@@ -78,36 +80,62 @@ def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 class Kube:
-    """Reads by name, idempotent creates, deletes, status patches and Events."""
+    """Reads from the watch-fed cache, idempotent creates, deletes, status patches and Events.
+    Reads that go to the API server are the exceptions: a run the cache is behind on, a
+    child's name found taken at create, the user's PersistentVolumeClaims at acceptance."""
 
-    def __init__(self, api: client.ApiClient):
+    def __init__(self, api: client.ApiClient, cache: ObjectCache):
         self.api = api
+        self.cache = cache
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
-        self.dynamic = dynamic.DynamicClient(api)
         self._local = threading.local()  # requests made by this thread since the last take
 
-    def _count(self) -> None:
-        self._local.requests = getattr(self._local, "requests", 0) + 1
+    @functools.cached_property
+    def dynamic(self) -> dynamic.DynamicClient:
+        """Made at first use: it reads the API server's discovery documents."""
+        return dynamic.DynamicClient(self.api)
 
-    def take_request_count(self) -> int:
-        """API requests this thread made since the last call (a reconcile pass's cost)."""
-        count, self._local.requests = getattr(self._local, "requests", 0), 0
-        return count
+    def _count(self, read: bool = False) -> None:
+        counts = getattr(self._local, "counts", None) or [0, 0]
+        counts[0] += 1
+        counts[1] += read
+        self._local.counts = counts
+
+    def take_request_count(self) -> tuple[int, int]:
+        """API requests this thread made since the last call, and how many of them were reads
+        (a reconcile pass's cost)."""
+        counts, self._local.counts = getattr(self._local, "counts", None) or [0, 0], [0, 0]
+        return counts[0], counts[1]
+
+    # -- runs --------------------------------------------------------------------------------
 
     def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self._count()
+        """The run as the cache holds it, or as stored when the cache is behind on it (this
+        process wrote it since) or does not hold it (gone, or never seen)."""
+        cached = self.cache.get(KIND, namespace, name)
+        if cached is not None and not self.cache.is_behind(KIND, namespace, name):
+            return cached
+        self._count(read=True)
         try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
-                                                            name, _request_timeout=REQUEST_TIMEOUT)
+            body = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=REQUEST_TIMEOUT)
         except ApiException as e:
             if _absent(e):
                 return None
             raise
+        if cached is None:
+            self.cache.created(KIND, body)
+        else:
+            self.cache.read(KIND, body)
+        return body
+
+    # -- children ----------------------------------------------------------------------------
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict | None:
-        self._count()
+        """Read from the API server (not the cache)."""
+        self._count(read=True)
         resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
         try:
             return resource.get(name=name, namespace=namespace,
@@ -115,41 +143,53 @@ class Kube:
         except dynamic.exceptions.NotFoundError:
             return None
 
-    def get_child(self, api_version: str, kind: str, run: RunRef, name: str) -> dict | None:
-        """A child of ``run`` by name; ChildConflict if that name holds someone else's."""
-        obj = self.get(api_version, kind, run.namespace, name)
+    def get_child(self, kind: str, run: RunRef, name: str) -> dict | None:
+        """A child of ``run`` by name, from the cache; ChildConflict if that name holds
+        someone else's."""
+        obj = self.cache.get(kind, run.namespace, name)
         if obj is not None and not controlled_by(obj, run.uid):
             raise ChildConflict(obj, run.uid)
         return obj
 
-    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        self._count()
-        pods = self.core.list_namespaced_pod(namespace, label_selector=selector,
-                                             _request_timeout=REQUEST_TIMEOUT)
-        return [self.api.sanitize_for_serialization(p) for p in pods.items]
+    def pods(self, run: RunRef, labels: dict[str, str], controller_uid: str | None,
+             ) -> list[dict[str, Any]]:
+        """The run's cached pods carrying ``labels`` and controlled by the object of
+        ``controller_uid`` (anyone may label a pod; only its controller is trusted)."""
+        return [p for p in self.cache.of_run("Pod", run.namespace, run.name)
+                if labels.items() <= (p["metadata"].get("labels") or {}).items()
+                and (controller_uid is None or controlled_by(p, controller_uid))]
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:
-        """Create the child ``obj``; one of that name already there is left as it is (returns
-        False) if the same run controls it, else ChildConflict. One deleted between the refused
-        create and the read is created after all: the pass must not go on as if it existed."""
-        meta = obj["metadata"]
-        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        """Create the child ``obj`` unless the cache holds it; one of that name already there
+        is left as it is (returns False) if the same run controls it, else ChildConflict. One
+        deleted between the refused create and the read is created after all: the pass must
+        not go on as if it existed."""
+        meta, kind = obj["metadata"], obj["kind"]
         uid = _controller_uid(obj)
+        cached = self.cache.get(kind, meta["namespace"], meta["name"])
+        if cached is not None:
+            if not controlled_by(cached, uid):
+                raise ChildConflict(cached, uid)
+            return False
+        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=kind)
         for _ in range(CREATE_ATTEMPTS):
             self._count()
             try:
-                resource.create(body=obj, namespace=meta["namespace"],
-                                _request_timeout=REQUEST_TIMEOUT)
+                made = resource.create(body=obj, namespace=meta["namespace"],
+                                       _request_timeout=REQUEST_TIMEOUT)
+                self.cache.created(kind, made.to_dict())
                 return True
             except dynamic.exceptions.ConflictError:
                 pass
-            existing = self.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+            # Made elsewhere (or by this process before a restart) and not delivered yet.
+            existing = self.get(obj["apiVersion"], kind, meta["namespace"], meta["name"])
             if existing is None:
                 continue
             if not controlled_by(existing, uid):
                 raise ChildConflict(existing, uid)
+            self.cache.created(kind, existing)
             return False
-        raise RuntimeError(f"{obj['kind']} {meta['name']} was there at each create and gone "
+        raise RuntimeError(f"{kind} {meta['name']} was there at each create and gone "
                            f"at each read ({CREATE_ATTEMPTS} times)")
 
     def ensure_config_map(self, obj: dict[str, Any]) -> None:
@@ -158,7 +198,7 @@ class Kube:
         if self.create_if_absent(obj):
             return
         meta = obj["metadata"]
-        current = self.get("v1", "ConfigMap", meta["namespace"], meta["name"]) or {}
+        current = self.cache.get("ConfigMap", meta["namespace"], meta["name"]) or {}
         if (current.get("data") or {}) != obj["data"]:
             self._count()
             self.core.patch_namespaced_config_map(meta["name"], meta["namespace"],
@@ -195,10 +235,13 @@ class Kube:
                 _request_timeout=REQUEST_TIMEOUT)
         except ApiException as e:
             if e.status == 409:
+                self.cache.wrote(KIND, namespace, name, None)
                 raise StaleStatus(f"{namespace}/{name} is no longer at resourceVersion "
                                   f"{resource_version}") from None
             raise
-        return stored["metadata"]["resourceVersion"]
+        version = stored["metadata"]["resourceVersion"]
+        self.cache.wrote(KIND, namespace, name, version)
+        return version
 
     def event(self, run: RunRef, type_: str, reason: str, message: str) -> None:
         self._count()

@@ -24,6 +24,7 @@ from grpo_operator.api.constants import (
     PLURAL,
     VERSION,
 )
+from grpo_operator.cache import CHILD_KINDS, CachedKind, ObjectCache
 from grpo_operator.controller import Controller
 from grpo_operator.kube import Kube
 from grpo_operator.leader import LeaderElection
@@ -48,6 +49,9 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
     settings.networking.connect_timeout = 10
+    # The API server sends only the runs' children, not every Pod, ConfigMap or Secret.
+    for kind in CHILD_KINDS:
+        settings.watching.label_selectors[kind.group, kind.version, kind.plural] = LABEL_RUN
     try:
         config.load_incluster_config()
     except config.ConfigException:
@@ -59,8 +63,9 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     api = client.ApiClient()
     signing_key = load_or_create_signing_key(client.CoreV1Api(api), own.namespace,
                                              own.signing_secret)
-    controller = memo.controller = Controller(Kube(api), workers=own.workers, policy=own.policy,
-                                              metrics=metrics, signing_key=signing_key)
+    controller = memo.controller = Controller(Kube(api, ObjectCache()), workers=own.workers,
+                                              policy=own.policy, metrics=metrics,
+                                              signing_key=signing_key)
     logging.getLogger("grpo_operator").setLevel(logging.INFO)
     memo.election = None
     if own.leader_election is None:
@@ -86,20 +91,27 @@ def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def on_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo,
-             **_: Any) -> None:
-    if event["type"] == "DELETED":
-        memo.controller.forget(namespace, name)
-    else:
-        memo.controller.enqueue(namespace, name)
+def on_event(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    memo.controller.run_event(event["type"], event["object"])
 
 
-# A RayCluster turning ready, unready or gone wakes its run at once instead of at its next
-# requeue. Ours carry the run's name in LABEL_RUN; other RayClusters are filtered out.
-@kopf.on.event("ray.io", "v1", "rayclusters", labels={LABEL_RUN: kopf.PRESENT})
-def on_ray_cluster_event(labels: dict[str, str], namespace: str, memo: kopf.Memo,
-                         **_: Any) -> None:
-    memo.controller.enqueue(namespace, labels[LABEL_RUN])
+def _watch_children(kind: CachedKind) -> None:
+    """The cache of ``kind`` is filled by a kopf index (kopf starts no handler before every
+    index has its first listing, so no pass reads a half-filled cache) and its events wake
+    their run; deletions come as events (an index only forgets)."""
+    resource = (kind.group, kind.version, kind.plural)
+
+    @kopf.index(*resource, id=f"cache-{kind.plural}", labels={LABEL_RUN: kopf.PRESENT})
+    def cache(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        memo.controller.kube.cache.put(kind.kind, body)
+
+    @kopf.on.event(*resource, id=f"wake-{kind.plural}", labels={LABEL_RUN: kopf.PRESENT})
+    def wake(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+        memo.controller.child_event(kind.kind, event["type"], event["object"])
+
+
+for _kind in CHILD_KINDS:
+    _watch_children(_kind)
 
 
 @kopf.on.probe(id="queuedRuns")

@@ -125,7 +125,7 @@ class Observed:
     report_key: bytes = b""
     """The run's report key: a report counts only if signed with it (``api.report``)."""
     cluster_pods: list[dict[str, Any]] | None = None
-    """The RayCluster's pods while it is not ready (None: not looked at this pass)."""
+    """The RayCluster's pods (None: there is no RayCluster)."""
     gpu_pods: list[dict[str, Any]] | None = None
     """The RayCluster's pods when GPU metering is due (None: not looked at this pass)."""
     policy: Policy = field(default_factory=Policy)

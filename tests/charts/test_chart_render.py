@@ -48,26 +48,26 @@ def grants(rules: list[dict]) -> set[tuple[str, str, str]]:
 
 
 # What the operator does in a namespace it serves (see the chart's README for why).
+WATCHED = ("list", "watch")
 RUN_GRANTS = {
     ("grpo.dev", "grporuns", "get"), ("grpo.dev", "grporuns", "list"),
     ("grpo.dev", "grporuns", "watch"), ("grpo.dev", "grporuns", "patch"),
     ("grpo.dev", "grporuns", "delete"),
     ("grpo.dev", "grporuns/status", "patch"),
     ("", "events", "create"),
-    ("", "configmaps", "create"), ("", "configmaps", "get"), ("", "configmaps", "patch"),
-    ("", "serviceaccounts", "create"), ("", "serviceaccounts", "get"),
-    ("", "secrets", "create"), ("", "secrets", "get"),
-    ("rbac.authorization.k8s.io", "roles", "create"),
-    ("rbac.authorization.k8s.io", "roles", "get"),
-    ("rbac.authorization.k8s.io", "rolebindings", "create"),
-    ("rbac.authorization.k8s.io", "rolebindings", "get"),
-    ("networking.k8s.io", "networkpolicies", "create"),
-    ("networking.k8s.io", "networkpolicies", "get"),
-    ("ray.io", "rayclusters", "create"), ("ray.io", "rayclusters", "get"),
-    ("ray.io", "rayclusters", "list"), ("ray.io", "rayclusters", "watch"),
-    ("ray.io", "rayclusters", "delete"),
-    ("batch", "jobs", "create"), ("batch", "jobs", "get"), ("batch", "jobs", "delete"),
-    ("", "pods", "list"), ("", "persistentvolumeclaims", "get"),
+    ("", "configmaps", "patch"),
+    ("", "secrets", "create"), ("", "secrets", "get"),  # never listed
+    ("ray.io", "rayclusters", "delete"), ("batch", "jobs", "delete"),
+    ("", "persistentvolumeclaims", "get"),
+    # The cached children: made, watched, and read by name only when a name is taken.
+    *{(group, resource, verb)
+      for group, resource in (("", "configmaps"), ("", "serviceaccounts"),
+                              ("rbac.authorization.k8s.io", "roles"),
+                              ("rbac.authorization.k8s.io", "rolebindings"),
+                              ("networking.k8s.io", "networkpolicies"),
+                              ("ray.io", "rayclusters"), ("batch", "jobs"))
+      for verb in ("create", "get", *WATCHED)},
+    *{("", "pods", verb) for verb in WATCHED},
 }
 CRD_GRANTS = {("apiextensions.k8s.io", "customresourcedefinitions", "list"),
               ("apiextensions.k8s.io", "customresourcedefinitions", "watch")}

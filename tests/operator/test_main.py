@@ -1,23 +1,60 @@
-"""The kopf handlers feed the work queue with the right run."""
+"""Watch events reach the cache and wake the right run (a real cache and work queue; no
+request is made)."""
 
 from __future__ import annotations
 
-import kopf
+from kubernetes import client
 
-from grpo_operator import main
-from grpo_operator.api.constants import LABEL_RUN
-
-
-class _Queue:
-    def __init__(self) -> None:
-        self.keys: list[tuple[str, str]] = []
-
-    def enqueue(self, namespace: str, name: str) -> None:
-        self.keys.append((namespace, name))
+from grpo_operator.api.constants import KIND, LABEL_RUN
+from grpo_operator.cache import ObjectCache
+from grpo_operator.controller import Controller
+from grpo_operator.kube import Kube
 
 
-def test_a_ray_cluster_event_wakes_the_run_named_by_its_label():
-    queue = _Queue()
-    main.on_ray_cluster_event(labels={LABEL_RUN: "my-run", "ray.io/cluster": "other"},
-                              namespace="team-a", memo=kopf.Memo(controller=queue))
-    assert queue.keys == [("team-a", "my-run")]
+def controller() -> Controller:
+    return Controller(Kube(client.ApiClient(), ObjectCache()), signing_key=b"k" * 32)
+
+
+def body(kind: str, name: str, version: str = "1", labels: dict | None = None) -> dict:
+    return {"kind": kind, "metadata": {"name": name, "namespace": "team-a", "uid": "u",
+                                       "resourceVersion": version, "labels": labels or {}}}
+
+
+def queued(c: Controller) -> list:
+    keys = []
+    while (key := c.queue.get(timeout=0)) is not None:
+        keys.append(key)
+        c.queue.done(key)
+    return keys
+
+
+def test_a_childs_event_wakes_the_run_named_by_its_label():
+    c = controller()
+    c.child_event("RayCluster", "MODIFIED",
+                  body("RayCluster", "my-run-ray", labels={LABEL_RUN: "my-run"}))
+    assert queued(c) == [("team-a", "my-run")]
+    c.child_event("RayCluster", "DELETED",
+                  body("RayCluster", "my-run-ray", labels={LABEL_RUN: "my-run"}))
+    assert queued(c) == [("team-a", "my-run")]
+
+
+def test_the_echo_of_its_own_status_write_does_not_wake_a_run():
+    c = controller()
+    c.run_event(None, body(KIND, "r", "1"))  # the first listing
+    assert queued(c) == [("team-a", "r")]
+    c.kube.cache.wrote(KIND, "team-a", "r", "2")
+    c.run_event("MODIFIED", body(KIND, "r", "2"))
+    assert queued(c) == []
+    c.run_event("MODIFIED", body(KIND, "r", "3"))  # someone else's change
+    assert queued(c) == [("team-a", "r")]
+    assert c.kube.cache.get(KIND, "team-a", "r")["metadata"]["resourceVersion"] == "3"
+
+
+def test_a_deleted_run_is_forgotten_with_its_remembered_children():
+    c = controller()
+    c.run_event(None, body(KIND, "r"))
+    c.kube.cache.created("Secret", body("Secret", "r-ray-auth", labels={LABEL_RUN: "r"}))
+    c.run_event("DELETED", body(KIND, "r"))
+    assert queued(c) == []
+    assert c.kube.cache.get(KIND, "team-a", "r") is None
+    assert c.kube.cache.get("Secret", "team-a", "r-ray-auth") is None

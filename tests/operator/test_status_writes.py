@@ -10,6 +10,7 @@ import contextlib
 import pytest
 
 from grpo_operator.api.constants import GROUP, PLURAL, VERSION
+from grpo_operator.cache import ObjectCache
 from grpo_operator.controller import Controller
 from grpo_operator.kube import Kube, StaleStatus
 from tests.operator.conftest import running_session_operator
@@ -28,11 +29,12 @@ def runs(k8s_api, grporun_crd, namespace, request):
 
 
 class ConcurrentWriter(Kube):
-    """The real Kube, with another writer touching the run right after each of the first
-    ``times`` reads of it (as a user's `kubectl annotate` between read and write would)."""
+    """The real Kube (its cache fed by nothing but its own requests), with another writer
+    touching the run right after each of the first ``times`` reads of it (as a user's `kubectl
+    annotate` between read and write would)."""
 
     def __init__(self, api, times: int):
-        super().__init__(api)
+        super().__init__(api, ObjectCache())
         self.times = times
 
     def get_run(self, namespace, name):
@@ -48,7 +50,7 @@ class ConcurrentWriter(Kube):
 def test_a_write_over_a_changed_run_is_refused(k8s_api, runs):
     # hostPaths no installation here allows: the pass refuses the run, creating nothing.
     run = runs.create(manifest("stale", "/nonexistent"))
-    kube = Kube(k8s_api)
+    kube = Kube(k8s_api, ObjectCache())
     read = run["metadata"]["resourceVersion"]
     runs.patch("stale", {"metadata": {"annotations": {"example.com/edit": "1"}}})
     with pytest.raises(StaleStatus, match="no longer at resourceVersion"):

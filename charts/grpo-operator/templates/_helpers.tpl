@@ -64,7 +64,7 @@ Secrets: the operator only creates the per-run Secrets (Ray auth token, report k
 */}}
 {{- define "grpo-operator.runRules" -}}
 # kopf lists and watches GRPORuns and patches them (its finalizer/annotations); the
-# controller reads each run by name, and deletes a finished one whose
+# controller reads a run by name when its cache is behind, and deletes a finished one whose
 # runPolicy.ttlSecondsAfterFinished has passed.
 - apiGroups: ["grpo.dev"]
   resources: ["grporuns"]
@@ -76,28 +76,31 @@ Secrets: the operator only creates the per-run Secrets (Ray auth token, report k
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
-# Per-run children. configmaps: the controller reads the report, patches the run config for
-# each new attempt, and RBAC's escalation check lets it create (and bind) the per-run Role,
-# which grants get/patch on the report ConfigMap, only if it holds those verbs itself.
+# Per-run children, watched (list/watch) with the label selector grpo.dev/run: passes read
+# them from that cache; get is for a child's name found taken at create (to refuse one the run
+# does not control: made beforehand by someone else, or left by a deleted run of the same
+# name). Label selectors narrow what is sent, not what RBAC grants: list covers every object
+# of these kinds in the namespaces served — hence Secrets are not watched: the run's two are
+# created, and read by name only when taken (their values are derived, never read).
+# configmaps: the controller also patches the run config for each new attempt, and RBAC's
+# escalation check lets it create (and bind) the per-run Role, which grants get/patch on the
+# report ConfigMap, only if it holds those verbs itself.
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["create", "get", "patch"]
-# The run's identity and its Secrets (Ray token, report key). They are read only when a
-# child's name is already taken, to refuse one the run does not control (made beforehand by
-# someone else, or left by a deleted run of the same name); a Secret's values are never used:
-# the operator derives them.
+  verbs: ["create", "get", "list", "watch", "patch"]
 - apiGroups: [""]
-  resources: ["serviceaccounts", "secrets"]
+  resources: ["serviceaccounts"]
+  verbs: ["create", "get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["secrets"]
   verbs: ["create", "get"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["create", "get"]
-# The per-run NetworkPolicy that closes the run's Ray pods to all but the run's own pods; read
-# when its name is already taken, to tell the run's own from someone else's.
+  verbs: ["create", "get", "list", "watch"]
+# The per-run NetworkPolicy that closes the run's Ray pods to all but the run's own pods.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["create", "get"]
-# RayClusters are watched (list/watch) so that a cluster turning ready or gone wakes its run.
+  verbs: ["create", "get", "list", "watch"]
 - apiGroups: ["ray.io"]
   resources: ["rayclusters"]
   verbs: ["create", "get", "list", "watch", "delete"]
@@ -105,12 +108,12 @@ Secrets: the operator only creates the per-run Secrets (Ray auth token, report k
 # pod goes too) before the next.
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["create", "get", "delete"]
-# Observation: a failed or stopping driver's pods and the RayCluster's pods (GPU metering), by
-# label; the input PersistentVolumeClaims at acceptance.
+  verbs: ["create", "get", "list", "watch", "delete"]
+# The driver's and the RayCluster's pods (exit codes, pods that do not start, GPU metering).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
+# The input PersistentVolumeClaims, read at acceptance.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get"]

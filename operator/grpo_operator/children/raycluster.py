@@ -12,6 +12,7 @@ from typing import Any
 from grpo_operator.api.constants import (
     KUEUE_QUEUE_LABEL,
     LABEL_ROLE,
+    LABEL_RUN,
     ROLE_RAY_HEAD,
     ROLE_RAY_WORKER,
 )
@@ -84,7 +85,8 @@ def _pod_template(
         pod["affinity"] = r.affinity
     if gpu_pool and r.node_selector:
         pod["nodeSelector"] = dict(r.node_selector)
-    return {"metadata": {"labels": {LABEL_ROLE: role}}, "spec": pod}
+    # The run's label lets the operator's pod watch (selected by it) see the Ray pods.
+    return {"metadata": {"labels": {LABEL_ROLE: role, LABEL_RUN: run.name}}, "spec": pod}
 
 
 def ray_cluster(spec: GRPORunSpec, run: RunRef) -> dict[str, Any]:

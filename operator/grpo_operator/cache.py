@@ -1,0 +1,192 @@
+"""What the operator knows of its runs and their children between passes.
+
+kopf's watches deliver every GRPORun and every object labelled ``grpo.dev/run`` of the kinds
+below (the label is a server-side selector: the API server sends nothing else), Secrets
+excepted; this cache
+keeps them by kind and name, and a pass reads them from here instead of asking the API server
+(controller-runtime's informer cache, on kopf's watches). kopf holds every handler until the
+first listing of each child kind is indexed, so no run is reconciled from a cache still
+filling up.
+
+A cache lags the API server by one watch event. Three rules keep that lag harmless:
+- a child this process creates is put in at once (the create's answer), so the next pass does
+  not create it again; a child created elsewhere and not seen yet is refused at create (409)
+  and then read once;
+- a run whose status this process just wrote is *behind* in the cache until that write's own
+  event comes back (or a read shows it caught up): passes meanwhile read the run from the API
+  server, so no pass acts on a status older than its own last write (the ReplicaSet
+  controller's "expectations", for one object);
+- a run whose write was refused as stale is behind until a read shows the cache caught up.
+Deletions are applied only to the object they name (uid), never to a newer one of the same
+name that a create has put in already.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+from grpo_operator.api.constants import GROUP, KIND, LABEL_RUN, PLURAL, VERSION
+
+
+@dataclasses.dataclass(frozen=True)
+class CachedKind:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    keep: tuple[str, ...]
+    """Top-level fields kept besides ``metadata`` (what a pass reads of this kind)."""
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+RUN_KIND = CachedKind(GROUP, VERSION, PLURAL, KIND, ("spec", "status"))
+# Kinds the operator creates or reads per run, watched. Those it only creates are kept as
+# metadata (a pass asks only whether they exist and who controls them).
+CHILD_KINDS = (
+    CachedKind("ray.io", "v1", "rayclusters", "RayCluster", ("spec", "status")),
+    CachedKind("batch", "v1", "jobs", "Job", ("spec", "status")),
+    CachedKind("", "v1", "pods", "Pod", ("spec", "status")),
+    CachedKind("", "v1", "configmaps", "ConfigMap", ("data",)),
+    CachedKind("", "v1", "serviceaccounts", "ServiceAccount", ()),
+    CachedKind("rbac.authorization.k8s.io", "v1", "roles", "Role", ()),
+    CachedKind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", ()),
+    CachedKind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", ()),
+)
+# Secrets are not watched: the operator holds no list on Secrets (docs/security.md). The ones
+# it creates or finds are remembered (metadata only) until their run goes.
+SECRET_KIND = CachedKind("", "v1", "secrets", "Secret", ())
+KINDS = {k.kind: k for k in (RUN_KIND, *CHILD_KINDS, SECRET_KIND)}
+
+Key = tuple[str, str, str]  # (kind, namespace, name)
+
+
+def slim(kind: str, obj: Any) -> dict[str, Any]:
+    """The part of ``obj`` a pass reads: its metadata (without managedFields, the largest part
+    of most objects) and the fields its kind keeps."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    out = {"apiVersion": obj.get("apiVersion") or KINDS[kind].api_version, "kind": kind,
+           "metadata": meta}
+    for field in KINDS[kind].keep:
+        if field in obj:
+            out[field] = obj[field]
+    return out
+
+
+def _key(kind: str, obj: dict[str, Any]) -> Key:
+    meta = obj["metadata"]
+    return kind, meta.get("namespace") or "", meta["name"]
+
+
+def _uid(obj: dict[str, Any] | None) -> str | None:
+    return (obj or {}).get("metadata", {}).get("uid")
+
+
+def _version(obj: dict[str, Any] | None) -> str | None:
+    return (obj or {}).get("metadata", {}).get("resourceVersion")
+
+
+class ObjectCache:
+    """Thread-safe: kopf's handler threads write, the reconcile workers read."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[Key, dict[str, Any]] = {}
+        self._by_run: dict[tuple[str, str, str], set[str]] = {}  # (kind, ns, run) → names
+        self._behind: dict[Key, str | None] = {}  # → the version that catches it up, if known
+
+    # -- fed by the watches ----------------------------------------------------------------
+
+    def put(self, kind: str, obj: Any) -> bool:
+        """Store what a watch delivered. True if it is the echo of a status write this process
+        made (the pass that wrote it has already chosen when to look again)."""
+        stored = slim(kind, obj)
+        key = _key(kind, stored)
+        with self._lock:
+            self._store(key, stored)
+            if key in self._behind and self._behind[key] == _version(stored):
+                del self._behind[key]
+                return True
+            return False
+
+    def remove(self, kind: str, obj: Any) -> None:
+        key = _key(kind, obj)
+        with self._lock:
+            current = self._objects.get(key)
+            if current is not None and _uid(current) == _uid(obj):
+                self._store(key, None)
+            self._behind.pop(key, None)
+
+    # -- fed by this process's own requests ------------------------------------------------
+
+    def created(self, kind: str, obj: Any) -> None:
+        """An object this process created or just read: kept unless the watch has already
+        delivered that object (its copy may be newer)."""
+        stored = slim(kind, obj)
+        key = _key(kind, stored)
+        with self._lock:
+            if _uid(self._objects.get(key)) != _uid(stored):
+                self._store(key, stored)
+
+    def wrote(self, kind: str, namespace: str, name: str, version: str | None) -> None:
+        """This process wrote the object to ``version`` (None: a write was refused because the
+        object had moved on to a version not known here): the cached copy is behind."""
+        with self._lock:
+            self._behind[(kind, namespace, name)] = version
+
+    def read(self, kind: str, obj: dict[str, Any]) -> None:
+        """A fresh read of the object: if the cache holds the same version it has caught up."""
+        key = _key(kind, obj)
+        with self._lock:
+            if key in self._behind and _version(self._objects.get(key)) == _version(obj):
+                del self._behind[key]
+
+    # -- read by the passes ----------------------------------------------------------------
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._objects.get((kind, namespace, name))
+
+    def is_behind(self, kind: str, namespace: str, name: str) -> bool:
+        with self._lock:
+            return (kind, namespace, name) in self._behind
+
+    def of_run(self, kind: str, namespace: str, run: str) -> list[dict[str, Any]]:
+        """Objects of ``kind`` labelled with the run's name (anyone may set a label: callers
+        check who controls what they find)."""
+        with self._lock:
+            names = self._by_run.get((kind, namespace, run), ())
+            return [self._objects[(kind, namespace, n)] for n in sorted(names)]
+
+    def forget_run(self, namespace: str, run: str) -> None:
+        """The run is gone: so is what is remembered of its children (the watched ones' own
+        deletions follow as events)."""
+        with self._lock:
+            for kind in KINDS:
+                for name in list(self._by_run.get((kind, namespace, run), ())):
+                    self._store((kind, namespace, name), None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._objects)
+
+    def _store(self, key: Key, obj: dict[str, Any] | None) -> None:
+        kind, namespace, name = key
+        old = self._objects.pop(key, None)
+        if old is not None:
+            run = (old["metadata"].get("labels") or {}).get(LABEL_RUN)
+            names = self._by_run.get((kind, namespace, run))
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self._by_run[(kind, namespace, run)]
+        if obj is None:
+            return
+        self._objects[key] = obj
+        run = (obj["metadata"].get("labels") or {}).get(LABEL_RUN)
+        if run is not None:
+            self._by_run.setdefault((kind, namespace, run), set()).add(name)

@@ -1,0 +1,89 @@
+"""The object cache: what a pass reads instead of asking the API server, and the rules that
+keep its lag behind the watches harmless."""
+
+from __future__ import annotations
+
+from grpo_operator.api.constants import KIND, LABEL_RUN
+from grpo_operator.cache import ObjectCache, slim
+
+
+def obj(kind: str, name: str, *, uid: str = "u1", version: str = "1", run: str | None = "r",
+        **fields) -> dict:
+    labels = {LABEL_RUN: run} if run else {}
+    return {"kind": kind, "metadata": {"name": name, "namespace": "ns", "uid": uid,
+                                       "resourceVersion": version, "labels": labels,
+                                       "managedFields": [{"manager": "kubectl"}]},
+            **fields}
+
+
+def test_only_what_a_pass_reads_is_kept():
+    pod = slim("Pod", obj("Pod", "p", spec={"nodeName": "n"}, status={"phase": "Running"}))
+    assert "managedFields" not in pod["metadata"]
+    assert pod["apiVersion"] == "v1" and pod["spec"] == {"nodeName": "n"}
+    secret = slim("Secret", obj("Secret", "s", data={"token": "c2VjcmV0"}))
+    assert "data" not in secret  # a Secret's values never stay in the operator's memory
+    assert slim("ConfigMap", obj("ConfigMap", "c", data={"k": "v"}))["data"] == {"k": "v"}
+
+
+def test_objects_are_found_by_name_and_by_run_label():
+    cache = ObjectCache()
+    cache.put("Pod", obj("Pod", "b"))
+    cache.put("Pod", obj("Pod", "a"))
+    cache.put("Pod", obj("Pod", "other", run="s"))
+    cache.put("Pod", obj("Pod", "unlabelled", run=None))
+    assert cache.get("Pod", "ns", "a")["metadata"]["name"] == "a"
+    assert [p["metadata"]["name"] for p in cache.of_run("Pod", "ns", "r")] == ["a", "b"]
+    cache.put("Pod", obj("Pod", "a", run="s", version="2"))  # relabelled
+    assert [p["metadata"]["name"] for p in cache.of_run("Pod", "ns", "r")] == ["b"]
+    assert len(cache.of_run("Pod", "ns", "s")) == 2
+    assert cache.get("Job", "ns", "a") is None
+
+
+def test_a_late_deletion_spares_the_newer_object_of_the_same_name():
+    cache = ObjectCache()
+    cache.put("Job", obj("Job", "j", uid="old"))
+    cache.created("Job", obj("Job", "j", uid="new"))  # made again before the old one's event
+    cache.remove("Job", obj("Job", "j", uid="old"))
+    assert cache.get("Job", "ns", "j")["metadata"]["uid"] == "new"
+    cache.remove("Job", obj("Job", "j", uid="new"))
+    assert cache.get("Job", "ns", "j") is None
+
+
+def test_a_create_answer_never_replaces_what_the_watch_delivered_since():
+    cache = ObjectCache()
+    cache.put("RayCluster", obj("RayCluster", "c", version="7", status={"state": "ready"}))
+    cache.created("RayCluster", obj("RayCluster", "c", version="5"))
+    assert cache.get("RayCluster", "ns", "c")["metadata"]["resourceVersion"] == "7"
+
+
+def test_a_run_is_behind_from_its_write_until_that_writes_echo():
+    cache = ObjectCache()
+    assert cache.put(KIND, obj(KIND, "r", version="1")) is False
+    cache.wrote(KIND, "ns", "r", "3")
+    assert cache.is_behind(KIND, "ns", "r")
+    assert cache.put(KIND, obj(KIND, "r", version="2")) is False  # an older event, in order
+    assert cache.is_behind(KIND, "ns", "r")
+    assert cache.put(KIND, obj(KIND, "r", version="3")) is True  # the echo: caught up
+    assert not cache.is_behind(KIND, "ns", "r")
+
+
+def test_a_refused_write_leaves_the_run_behind_until_a_read_agrees_with_the_cache():
+    cache = ObjectCache()
+    cache.put(KIND, obj(KIND, "r", version="4"))
+    cache.wrote(KIND, "ns", "r", None)  # refused: stored is newer than 4, which is not known
+    cache.read(KIND, obj(KIND, "r", version="6"))
+    assert cache.is_behind(KIND, "ns", "r")  # the cache still has 4
+    assert cache.put(KIND, obj(KIND, "r", version="6")) is False  # not an echo of ours
+    cache.read(KIND, obj(KIND, "r", version="6"))
+    assert not cache.is_behind(KIND, "ns", "r")
+
+
+def test_a_gone_run_takes_what_is_remembered_of_its_children():
+    cache = ObjectCache()
+    cache.created("Secret", obj("Secret", "r-ray-auth"))
+    cache.put("Job", obj("Job", "r-driver-1"))
+    cache.put("Job", obj("Job", "s-driver-1", run="s"))
+    cache.forget_run("ns", "r")
+    assert cache.get("Secret", "ns", "r-ray-auth") is None
+    assert cache.get("Job", "ns", "r-driver-1") is None
+    assert cache.get("Job", "ns", "s-driver-1") is not None
