@@ -48,7 +48,7 @@ from localcluster.operator_process import OperatorProcess
 from localcluster.pki import COMPONENT_USERS
 from localcluster.processes import tree_rss
 
-RUNS = (50, 200)
+RUNS = (50, 200, 1000)
 GPUS_PER_NODE = 8  # localcluster.nodes.gpu_node's default
 CRD = inputs.REPO / "crds" / "grporuns.grpo.dev.yaml"
 OPERATOR_NAMESPACE, OPERATOR_ACCOUNT = "grpo-bench", "grpo-operator"

@@ -67,6 +67,9 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
                                               policy=own.policy, metrics=metrics,
                                               signing_key=signing_key)
     logging.getLogger("grpo_operator").setLevel(logging.INFO)
+    # A line per watch event handled ("Handler 'wake-pods' succeeded") says nothing; failures
+    # are still logged.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     memo.election = None
     if own.leader_election is None:
         controller.start()
