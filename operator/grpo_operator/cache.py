@@ -8,6 +8,9 @@ keeps them by kind and name, and a pass reads them from here instead of asking t
 first listing of each child kind is indexed, so no run is reconciled from a cache still
 filling up.
 
+A watch event of a version this process wrote itself (a create's answer, a status write) is
+an echo: it wakes no run, the pass that wrote it having chosen when to look again.
+
 A cache lags the API server by one watch event. Three rules keep that lag harmless:
 - a child this process creates is put in at once (the create's answer), so the next pass does
   not create it again; a child created elsewhere and not seen yet is refused at create (409)
@@ -29,6 +32,10 @@ from typing import Any
 
 from grpo_operator.api.constants import GROUP, KIND, LABEL_RUN, PLURAL, VERSION
 
+Shape = dict[str, "Shape | None"]
+"""The fields of an object kept, nested; None keeps a field whole. A shape applied to a list
+applies to each of its items."""
+
 
 @dataclasses.dataclass(frozen=True)
 class CachedKind:
@@ -36,45 +43,68 @@ class CachedKind:
     version: str
     plural: str
     kind: str
-    keep: tuple[str, ...]
-    """Top-level fields kept besides ``metadata`` (what a pass reads of this kind)."""
+    keep: Shape
+    """What a pass reads of this kind (the cache's memory is mostly what it keeps)."""
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
 
-RUN_KIND = CachedKind(GROUP, VERSION, PLURAL, KIND, ("spec", "status"))
+# Of a child's metadata: who it is, whose it is, and whether it is going.
+_CHILD_META: Shape = dict.fromkeys(("name", "namespace", "uid", "resourceVersion", "labels",
+                                    "ownerReferences", "creationTimestamp",
+                                    "deletionTimestamp"))
+_RESOURCES: Shape = {"resources": None}  # GPU metering
+
+RUN_KIND = CachedKind(GROUP, VERSION, PLURAL, KIND, {"spec": None, "status": None})
 # Kinds the operator creates or reads per run, watched. Those it only creates are kept as
 # metadata (a pass asks only whether they exist and who controls them).
 CHILD_KINDS = (
-    CachedKind("ray.io", "v1", "rayclusters", "RayCluster", ("spec", "status")),
-    CachedKind("batch", "v1", "jobs", "Job", ("spec", "status")),
-    CachedKind("", "v1", "pods", "Pod", ("spec", "status")),
-    CachedKind("", "v1", "configmaps", "ConfigMap", ("data",)),
-    CachedKind("", "v1", "serviceaccounts", "ServiceAccount", ()),
-    CachedKind("rbac.authorization.k8s.io", "v1", "roles", "Role", ()),
-    CachedKind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", ()),
-    CachedKind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", ()),
+    CachedKind("ray.io", "v1", "rayclusters", "RayCluster",
+               {"metadata": _CHILD_META, "spec": {"suspend": None}, "status": None}),
+    CachedKind("batch", "v1", "jobs", "Job", {"metadata": _CHILD_META, "status": None}),
+    CachedKind("", "v1", "pods", "Pod", {
+        "metadata": _CHILD_META, "status": None,
+        "spec": {"containers": _RESOURCES, "initContainers": _RESOURCES}}),
+    CachedKind("", "v1", "configmaps", "ConfigMap", {"metadata": _CHILD_META, "data": None}),
+    CachedKind("", "v1", "serviceaccounts", "ServiceAccount", {"metadata": _CHILD_META}),
+    CachedKind("rbac.authorization.k8s.io", "v1", "roles", "Role", {"metadata": _CHILD_META}),
+    CachedKind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding",
+               {"metadata": _CHILD_META}),
+    CachedKind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy",
+               {"metadata": _CHILD_META}),
 )
 # Secrets are not watched: the operator holds no list on Secrets (docs/security.md). The ones
 # it creates or finds are remembered (metadata only) until their run goes.
-SECRET_KIND = CachedKind("", "v1", "secrets", "Secret", ())
+SECRET_KIND = CachedKind("", "v1", "secrets", "Secret", {"metadata": _CHILD_META})
 KINDS = {k.kind: k for k in (RUN_KIND, *CHILD_KINDS, SECRET_KIND)}
 
 Key = tuple[str, str, str]  # (kind, namespace, name)
 
 
 def slim(kind: str, obj: Any) -> dict[str, Any]:
-    """The part of ``obj`` a pass reads: its metadata (without managedFields, the largest part
-    of most objects) and the fields its kind keeps."""
-    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    """The part of ``obj`` a pass reads (never its managedFields, the largest part of most
+    objects)."""
+    keep = KINDS[kind].keep
+    meta = obj.get("metadata") or {}
     out = {"apiVersion": obj.get("apiVersion") or KINDS[kind].api_version, "kind": kind,
-           "metadata": meta}
-    for field in KINDS[kind].keep:
-        if field in obj:
-            out[field] = obj[field]
+           "metadata": (_project(meta, keep["metadata"]) if "metadata" in keep
+                        else {k: v for k, v in meta.items() if k != "managedFields"})}
+    for field, shape in keep.items():
+        if field != "metadata" and field in obj:
+            out[field] = _project(obj[field], shape)
     return out
+
+
+def _project(value: Any, shape: Shape | None) -> Any:
+    if shape is None:
+        return value
+    if isinstance(value, list):
+        return [_project(item, shape) for item in value]
+    if isinstance(value, dict):
+        return {k: _project(value[k], sub) for k, sub in shape.items() if k in value}
+    return value
 
 
 def _key(kind: str, obj: dict[str, Any]) -> Key:
@@ -98,20 +128,25 @@ class ObjectCache:
         self._objects: dict[Key, dict[str, Any]] = {}
         self._by_run: dict[tuple[str, str, str], set[str]] = {}  # (kind, ns, run) → names
         self._behind: dict[Key, str | None] = {}  # → the version that catches it up, if known
+        self._own: dict[Key, str] = {}  # → the version of this process's last write of it
 
     # -- fed by the watches ----------------------------------------------------------------
 
-    def put(self, kind: str, obj: Any) -> bool:
-        """Store what a watch delivered. True if it is the echo of a status write this process
-        made (the pass that wrote it has already chosen when to look again)."""
+    def put(self, kind: str, obj: Any) -> None:
+        """Store what a watch delivered."""
         stored = slim(kind, obj)
         key = _key(kind, stored)
         with self._lock:
             self._store(key, stored)
             if key in self._behind and self._behind[key] == _version(stored):
                 del self._behind[key]
-                return True
-            return False
+
+    def is_echo(self, kind: str, obj: Any) -> bool:
+        """Whether ``obj`` is the version this process itself wrote last (a create's answer, a
+        status write): its event tells the run nothing the pass that wrote it did not know."""
+        key, version = _key(kind, obj), _version(obj)
+        with self._lock:
+            return version is not None and self._own.get(key) == version
 
     def remove(self, kind: str, obj: Any) -> None:
         key = _key(kind, obj)
@@ -119,6 +154,7 @@ class ObjectCache:
             current = self._objects.get(key)
             if current is not None and _uid(current) == _uid(obj):
                 self._store(key, None)
+                self._own.pop(key, None)
             self._behind.pop(key, None)
 
     # -- fed by this process's own requests ------------------------------------------------
@@ -129,6 +165,7 @@ class ObjectCache:
         stored = slim(kind, obj)
         key = _key(kind, stored)
         with self._lock:
+            self._own[key] = _version(stored)
             if _uid(self._objects.get(key)) != _uid(stored):
                 self._store(key, stored)
 
@@ -137,6 +174,8 @@ class ObjectCache:
         object had moved on to a version not known here): the cached copy is behind."""
         with self._lock:
             self._behind[(kind, namespace, name)] = version
+            if version is not None:
+                self._own[(kind, namespace, name)] = version
 
     def read(self, kind: str, obj: dict[str, Any]) -> None:
         """A fresh read of the object: if the cache holds the same version it has caught up."""
@@ -169,6 +208,7 @@ class ObjectCache:
             for kind in KINDS:
                 for name in list(self._by_run.get((kind, namespace, run), ())):
                     self._store((kind, namespace, name), None)
+                    self._own.pop((kind, namespace, name), None)
 
     def __len__(self) -> int:
         with self._lock:

@@ -96,23 +96,27 @@ class Controller:
         self.queue.add((namespace, name))
 
     def run_event(self, event_type: str | None, body: dict[str, Any]) -> None:
-        """A watch event of a run: cached, and the run queued unless the event is the echo of
-        this process's own status write (that pass already chose when to look again; waking
-        the run at every write would also undo a failed pass's backoff)."""
+        """A watch event of a run: cached, and the run queued unless the event is an echo
+        (waking the run at each of its own writes would also undo a failed pass's backoff)."""
         meta = body["metadata"]
+        cache = self.kube.cache
         if event_type == "DELETED":
-            self.kube.cache.remove(KIND, body)
-            self.kube.cache.forget_run(meta["namespace"], meta["name"])
+            cache.remove(KIND, body)
+            cache.forget_run(meta["namespace"], meta["name"])
             self.forget(meta["namespace"], meta["name"])
-        elif not self.kube.cache.put(KIND, body):
+            return
+        cache.put(KIND, body)
+        if not cache.is_echo(KIND, body):
             self.enqueue(meta["namespace"], meta["name"])
 
     def child_event(self, kind: str, event_type: str | None, body: dict[str, Any]) -> None:
         """A watch event of a run's child (a RayCluster turning ready, a Job failing, a report
-        written; the cache has it already): its run is woken."""
+        written; the cache has it already): its run is woken, unless the event is an echo."""
         meta = body["metadata"]
         if event_type == "DELETED":
             self.kube.cache.remove(kind, body)
+        elif self.kube.cache.is_echo(kind, body):
+            return
         run = (meta.get("labels") or {}).get(LABEL_RUN)
         if run:
             self.enqueue(meta["namespace"], run)
@@ -259,17 +263,20 @@ class Controller:
                     attempt=attempt, resume=ResumeMode.NONE if attempt == 1 else ResumeMode.LATEST,
                     report_config_map=ChildNames(run.name).report_config_map,
                 )
-                for obj in (
-                    identity.service_account(run), identity.role(run),
-                    identity.role_binding(run),
-                    identity.auth_secret(run, run_ray_token(self.signing_key, run.uid)),
-                    identity.report_key_secret(run, run_report_key(self.signing_key, run.uid)),
-                    # The policy before the cluster: its pods are never open to all.
-                    configmaps.report_config_map(run), network_policy(run),
-                    ray_cluster(spec, run),
-                ):
+                # What the Ray pods need first (the policy before the cluster: its pods are
+                # never open to all), then what only the driver needs, made while KubeRay
+                # starts the pods.
+                for obj in (identity.service_account(run),
+                            identity.auth_secret(run, run_ray_token(self.signing_key, run.uid))):
                     k.create_if_absent(obj)
                 k.ensure_config_map(configmaps.run_config_map(run, config))
+                for obj in (
+                    network_policy(run), ray_cluster(spec, run),
+                    identity.role(run), identity.role_binding(run),
+                    identity.report_key_secret(run, run_report_key(self.signing_key, run.uid)),
+                    configmaps.report_config_map(run),
+                ):
+                    k.create_if_absent(obj)
             elif action == Action.ENSURE_DRIVER_JOB:
                 k.create_if_absent(driver_job(spec, run, attempt))
             elif action == Action.DELETE_RAY_CLUSTER:

@@ -32,12 +32,21 @@ from grpo_operator.metrics import Metrics
 from grpo_operator.signing import load_or_create_signing_key
 
 
+class _NoDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's diff base, pinned to our annotation but never built: no handler here reacts to
+    changes (kopf's create/update/resume handlers), and building it deep-copies the body of
+    every event of every watched kind (a fifth of kopf's time with 200 runs)."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+
 @kopf.on.startup()
 def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=KOPF_ANNOTATIONS_PREFIX
     )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = _NoDiffBase(
         prefix=KOPF_ANNOTATIONS_PREFIX, key="last-handled-configuration"
     )
     settings.persistence.finalizer = FINALIZER

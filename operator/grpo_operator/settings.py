@@ -14,7 +14,7 @@ from grpo_operator.reconcile import Policy
 
 @dataclass(frozen=True)
 class Settings:
-    workers: int = 2
+    workers: int = 4
     """Reconcile worker threads (runs are reconciled one at a time each)."""
     metrics_port: int = 0
     """Port of the Prometheus /metrics endpoint (0: not served)."""
@@ -57,7 +57,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
             lease_seconds=_number(env, "GRPO_LEASE_SECONDS", LeaseSettings.lease_seconds),
         )
     return Settings(
-        workers=max(1, int(_number(env, "GRPO_WORKERS", 2, int))),
+        workers=max(1, int(_number(env, "GRPO_WORKERS", Settings.workers, int))),
         metrics_port=int(_number(env, "GRPO_METRICS_PORT", 0, int)),
         namespace=namespace,
         signing_secret=signing_secret,

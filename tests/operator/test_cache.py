@@ -17,9 +17,17 @@ def obj(kind: str, name: str, *, uid: str = "u1", version: str = "1", run: str |
 
 
 def test_only_what_a_pass_reads_is_kept():
-    pod = slim("Pod", obj("Pod", "p", spec={"nodeName": "n"}, status={"phase": "Running"}))
+    containers = [{"name": "ray", "image": "i", "env": [{"name": "A", "value": "1"}],
+                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    pod = slim("Pod", obj("Pod", "p", spec={"nodeName": "n", "containers": containers},
+                          status={"phase": "Running"}))
     assert "managedFields" not in pod["metadata"]
-    assert pod["apiVersion"] == "v1" and pod["spec"] == {"nodeName": "n"}
+    assert pod["metadata"]["labels"] == {LABEL_RUN: "r"}
+    assert pod["apiVersion"] == "v1" and pod["status"] == {"phase": "Running"}
+    assert pod["spec"] == {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    run = slim(KIND, obj(KIND, "r", spec={"a": 1}))
+    assert run["spec"] == {"a": 1} and "managedFields" not in run["metadata"]
+    assert run["metadata"]["resourceVersion"] == "1"
     secret = slim("Secret", obj("Secret", "s", data={"token": "c2VjcmV0"}))
     assert "data" not in secret  # a Secret's values never stay in the operator's memory
     assert slim("ConfigMap", obj("ConfigMap", "c", data={"k": "v"}))["data"] == {"k": "v"}
@@ -58,13 +66,24 @@ def test_a_create_answer_never_replaces_what_the_watch_delivered_since():
 
 def test_a_run_is_behind_from_its_write_until_that_writes_echo():
     cache = ObjectCache()
-    assert cache.put(KIND, obj(KIND, "r", version="1")) is False
+    cache.put(KIND, obj(KIND, "r", version="1"))
     cache.wrote(KIND, "ns", "r", "3")
     assert cache.is_behind(KIND, "ns", "r")
-    assert cache.put(KIND, obj(KIND, "r", version="2")) is False  # an older event, in order
-    assert cache.is_behind(KIND, "ns", "r")
-    assert cache.put(KIND, obj(KIND, "r", version="3")) is True  # the echo: caught up
-    assert not cache.is_behind(KIND, "ns", "r")
+    cache.put(KIND, older := obj(KIND, "r", version="2"))  # an older event, in order
+    assert cache.is_behind(KIND, "ns", "r") and not cache.is_echo(KIND, older)
+    cache.put(KIND, echo := obj(KIND, "r", version="3"))
+    assert not cache.is_behind(KIND, "ns", "r")  # caught up
+    assert cache.is_echo(KIND, echo)
+    assert not cache.is_echo(KIND, obj(KIND, "r", version="4"))  # someone else's write
+
+
+def test_the_event_of_its_own_create_is_an_echo():
+    cache = ObjectCache()
+    cache.created("Job", made := obj("Job", "j", version="5"))
+    cache.put("Job", made)
+    assert cache.is_echo("Job", made)
+    assert not cache.is_echo("Job", obj("Job", "j", version="6"))  # the Job controller's
+    assert not cache.is_echo("Job", obj("Job", "k", version="5"))
 
 
 def test_a_refused_write_leaves_the_run_behind_until_a_read_agrees_with_the_cache():
@@ -73,7 +92,8 @@ def test_a_refused_write_leaves_the_run_behind_until_a_read_agrees_with_the_cach
     cache.wrote(KIND, "ns", "r", None)  # refused: stored is newer than 4, which is not known
     cache.read(KIND, obj(KIND, "r", version="6"))
     assert cache.is_behind(KIND, "ns", "r")  # the cache still has 4
-    assert cache.put(KIND, obj(KIND, "r", version="6")) is False  # not an echo of ours
+    cache.put(KIND, obj(KIND, "r", version="6"))
+    assert not cache.is_echo(KIND, obj(KIND, "r", version="6"))  # not a write of ours
     cache.read(KIND, obj(KIND, "r", version="6"))
     assert not cache.is_behind(KIND, "ns", "r")
 

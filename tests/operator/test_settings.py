@@ -9,7 +9,7 @@ from grpo_operator.settings import from_env
 
 def test_defaults_and_overrides():
     default = from_env({})
-    assert (default.workers, default.metrics_port) == (2, 0)
+    assert (default.workers, default.metrics_port) == (4, 0)
     assert default.policy.cluster_unhealthy_seconds == 300
     own = from_env({"GRPO_WORKERS": "4", "GRPO_METRICS_PORT": "9090",
                     "GRPO_CLUSTER_UNHEALTHY_SECONDS": "12.5",
