@@ -1,15 +1,15 @@
 """What the operator knows of its runs and their children between passes.
 
 kopf's watches deliver every GRPORun and every object labelled ``grpo.dev/run`` of the kinds
-below (the label is a server-side selector: the API server sends nothing else), Secrets
-excepted; this cache
-keeps them by kind and name, and a pass reads them from here instead of asking the API server
-(controller-runtime's informer cache, on kopf's watches). kopf holds every handler until the
+below, Secrets excepted (the label is a server-side selector: the API server sends nothing
+else); this cache keeps them by kind and name, and a pass reads them from here instead of
+asking the API server (controller-runtime's informer cache, on kopf's watches). kopf holds every handler until the
 first listing of each child kind is indexed, so no run is reconciled from a cache still
 filling up.
 
-A watch event of a version this process wrote itself (a create's answer, a status write) is
-an echo: it wakes no run, the pass that wrote it having chosen when to look again.
+A watch event of a version this process already has from a request of its own (a create's
+answer, a status write's, a read) is an echo: it wakes no run, the pass that made the request
+having chosen when to look again.
 
 A cache lags the API server by one watch event. Three rules keep that lag harmless:
 - a child this process creates is put in at once (the create's answer), so the next pass does
@@ -121,14 +121,14 @@ def _version(obj: dict[str, Any] | None) -> str | None:
 
 
 class ObjectCache:
-    """Thread-safe: kopf's handler threads write, the reconcile workers read."""
+    """Thread-safe: kopf's event loop and the reconcile workers both use it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._objects: dict[Key, dict[str, Any]] = {}
         self._by_run: dict[tuple[str, str, str], set[str]] = {}  # (kind, ns, run) → names
         self._behind: dict[Key, str | None] = {}  # → the version that catches it up, if known
-        self._own: dict[Key, str] = {}  # → the version of this process's last write of it
+        self._own: dict[Key, str] = {}  # → the last version a request of this process returned
 
     # -- fed by the watches ----------------------------------------------------------------
 
@@ -142,8 +142,8 @@ class ObjectCache:
                 del self._behind[key]
 
     def is_echo(self, kind: str, obj: Any) -> bool:
-        """Whether ``obj`` is the version this process itself wrote last (a create's answer, a
-        status write): its event tells the run nothing the pass that wrote it did not know."""
+        """Whether ``obj`` is the version a request of this process last returned: its event
+        tells the run nothing the pass that made the request did not know."""
         key, version = _key(kind, obj), _version(obj)
         with self._lock:
             return version is not None and self._own.get(key) == version
