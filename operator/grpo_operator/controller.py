@@ -1,5 +1,5 @@
-"""The reconcile loop: take a run from the work queue, observe it and its children by name,
-decide (``reconcile.decide``, pure), record the status, then act."""
+"""The reconcile loop: take a run from the work queue, observe it and its children (from the
+watch-fed cache), decide (``reconcile.decide``, pure), record the status, then act."""
 
 from __future__ import annotations
 

@@ -3,9 +3,9 @@ added (the earliest due time wins), and a key being processed is not handed out 
 
 The operator reconciles from this queue instead of kopf daemons or timers: those put a
 finalizer on every GRPORun, and a finalizer makes deleting a run hang while the operator is
-down. Events of a run and of its RayCluster enqueue the run at once; each pass asks to be
-requeued after an interval, which is how the other children (Job, pods, report) are observed —
-by name, for our own runs only.
+down. Watch events of a run and of its children enqueue the run at once (echoes of the
+operator's own requests excepted); each pass asks to be requeued after an interval for what no
+event announces (deadlines, metering, timeouts).
 """
 
 from __future__ import annotations
