@@ -118,7 +118,9 @@ class Controller:
         elif self.kube.cache.is_echo(kind, body):
             return
         run = (meta.get("labels") or {}).get(LABEL_RUN)
-        if run:
+        # A run the cache does not hold is gone (its children go after it) or not delivered
+        # yet (its own event will queue it).
+        if run and self.kube.cache.get(KIND, meta["namespace"], run) is not None:
             self.enqueue(meta["namespace"], run)
 
     def forget(self, namespace: str, name: str) -> None:

@@ -30,12 +30,16 @@ def queued(c: Controller) -> list:
 
 def test_a_childs_event_wakes_the_run_named_by_its_label():
     c = controller()
+    c.run_event(None, body(KIND, "my-run"))
+    assert queued(c) == [("team-a", "my-run")]
     c.child_event("RayCluster", "MODIFIED",
                   body("RayCluster", "my-run-ray", labels={LABEL_RUN: "my-run"}))
     assert queued(c) == [("team-a", "my-run")]
     c.child_event("RayCluster", "DELETED",
                   body("RayCluster", "my-run-ray", labels={LABEL_RUN: "my-run"}))
     assert queued(c) == [("team-a", "my-run")]
+    c.child_event("Pod", "MODIFIED", body("Pod", "p", labels={LABEL_RUN: "gone"}))
+    assert queued(c) == []  # no such run: its children's events wake nothing
 
 
 def test_the_echo_of_its_own_status_write_does_not_wake_a_run():
