@@ -46,6 +46,7 @@ def test_a_child_deleted_between_the_refused_create_and_the_read_is_created(k8s_
     is read (its holder deleted it meanwhile): the child is made, not taken as there."""
     from kubernetes import client
 
+    from grpo_operator.cache import ObjectCache
     from grpo_operator.kube import Kube
 
     core = client.CoreV1Api(k8s_api)
@@ -65,6 +66,6 @@ def test_a_child_deleted_between_the_refused_create_and_the_read_is_created(k8s_
                                                "name": "owner", "uid": owner.metadata.uid,
                                                "controller": True}]},
              "data": {"made": "by the run"}}
-    assert DeletedMeanwhile(k8s_api).create_if_absent(child) is True
+    assert DeletedMeanwhile(k8s_api, ObjectCache()).create_if_absent(child) is True
     stored = core.read_namespaced_config_map("child", namespace)
     assert stored.data == {"made": "by the run"}
