@@ -2,7 +2,8 @@
 peers measured in the same run, written to ``docs/benchmarks.md`` (and printed).
 
 Parts: ``trainer`` (step time and tokens/s against TRL, ``bench.trainer``), ``operator`` (N
-runs at once against KubeRay's RayJob controller, ``bench.operator_vs_rayjob``) and
+runs at once against KubeRay's RayJob controller, ``bench.operator_vs_rayjob``),
+``failover`` (the operator's leader killed mid-provisioning, ``bench.failover``) and
 ``recovery`` (a driver or Ray worker pod killed → training resumed, ``bench.recovery``). Each
 exposes ``sections(progress) -> list[str]``: markdown sections, progress lines as it goes.
 
@@ -23,7 +24,7 @@ from pathlib import Path
 from bench import report
 
 PARTS = {"trainer": "bench.trainer", "operator": "bench.operator_vs_rayjob",
-         "recovery": "bench.recovery"}
+         "failover": "bench.failover", "recovery": "bench.recovery"}
 OUT = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 
 

@@ -42,7 +42,7 @@ from grpo_operator.children import identity
 from grpo_operator.children.meta import RunRef
 from grpo_operator.children.raycluster import ray_cluster
 from localcluster import LocalCluster
-from localcluster.audit import read_requests_by_user
+from localcluster.audit import READS, read_requests_by_user
 from localcluster.nodes import GPU_POOL_LABEL, GPU_TAINT
 from localcluster.operator_process import OperatorProcess
 from localcluster.pki import COMPONENT_USERS
@@ -257,6 +257,7 @@ class Arm:
     runs: int
     times: dict[str, Times]
     requests: Counter[str]
+    reads: Counter[str]  # the requests that were gets and lists
     peak_rss: dict[str, int]
     seconds: float
     load: float = field(default_factory=lambda: os.getloadavg()[0])  # at the window's end
@@ -335,7 +336,8 @@ def _apply_and_wait(cluster: LocalCluster, api: client.ApiClient, kind: Kind, na
     progress(f"  {kind.controller}, N={runs}: {timeline.seen_ready()}/{runs} ready after "
              f"{until - since:.0f}s")
     requests = read_requests_by_user(cluster.audit_log, since, until)
-    return Arm(kind, runs, timeline.times, requests, peak.peak, until - since)
+    reads = read_requests_by_user(cluster.audit_log, since, until, READS)
+    return Arm(kind, runs, timeline.times, requests, reads, peak.peak, until - since)
 
 
 def _delete_namespace(core: client.CoreV1Api, namespace: str) -> None:
@@ -413,13 +415,15 @@ def section(arms: list[Arm]) -> str:
             *(_p50_p95(durations(arm.times, m)) for m, _ in MILESTONES),
             report.number(arm.requests[OPERATOR_USER] / arm.runs)
             if arm.kind is GRPORUNS else MISSING,
+            report.number(arm.reads[OPERATOR_USER] / arm.runs)
+            if arm.kind is GRPORUNS else MISSING,
             report.number(arm.requests[KUBERAY_USER] / arm.runs),
             _mib(arm.peak_rss.get("operator")), _mib(arm.peak_rss.get("kuberay")),
             report.number(arm.seconds, 0), report.number(arm.load, 1),
         ])
     header = ["N", "controller", "ready", *(f"{label} p50 / p95 (s)" for _, label in MILESTONES),
-              "requests/run: operator", "requests/run: KubeRay", "peak RSS operator (MiB)",
-              "peak RSS KubeRay (MiB)", "window (s)", "load (1 min)"]
+              "requests/run: operator", "of which reads", "requests/run: KubeRay",
+              "peak RSS operator (MiB)", "peak RSS KubeRay (MiB)", "window (s)", "load (1 min)"]
     ratios = []
     by_n: dict[int, dict[str, Arm]] = {}
     for arm in arms:
@@ -449,7 +453,8 @@ def section(arms: list[Arm]) -> str:
         "seen by the controller* is the GRPORun's `ClusterReady=True` (when the operator starts "
         "the driver) or the RayJob leaving `Initializing` (when KubeRay would submit). "
         "Requests: the API server's audit log, by client identity, from the first create until "
-        "every run is ready (KubeRay reconciles the RayClusters of both arms). Peak RSS of "
+        "every run is ready (KubeRay reconciles the RayClusters of both arms); reads are its "
+        "gets and lists (watches are per process, not per run). Peak RSS of "
         "each controller's process tree over the same window.",
         markdown_table(header, rows),
         "\n".join(ratios),

@@ -39,8 +39,13 @@ def _timestamp(text: str) -> float:
     return datetime.datetime.fromisoformat(text).timestamp()
 
 
-def requests_by_user(lines: Iterable[str], since: float, until: float) -> Counter[str]:
-    """Requests received in [since, until] (Unix seconds), by authenticated user name."""
+READS = frozenset({"get", "list"})  # a watch is a stream per process, not a read per run
+
+
+def requests_by_user(lines: Iterable[str], since: float, until: float,
+                     verbs: frozenset[str] | None = None) -> Counter[str]:
+    """Requests received in [since, until] (Unix seconds), by authenticated user name; only
+    those of ``verbs`` when given."""
     seen: set[str] = set()
     counts: Counter[str] = Counter()
     for line in lines:
@@ -50,11 +55,14 @@ def requests_by_user(lines: Iterable[str], since: float, until: float) -> Counte
         if event["auditID"] in seen:
             continue
         seen.add(event["auditID"])
+        if verbs is not None and event.get("verb") not in verbs:
+            continue
         if since <= _timestamp(event["requestReceivedTimestamp"]) <= until:
             counts[event["user"]["username"]] += 1
     return counts
 
 
-def read_requests_by_user(path: Path, since: float, until: float) -> Counter[str]:
+def read_requests_by_user(path: Path, since: float, until: float,
+                          verbs: frozenset[str] | None = None) -> Counter[str]:
     with path.open(errors="replace") as lines:
-        return requests_by_user(lines, since, until)
+        return requests_by_user(lines, since, until, verbs)

@@ -10,26 +10,30 @@ from bench import operator_vs_rayjob as bench
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.children.meta import RunRef
 from grpo_operator.children.raycluster import ray_cluster
-from localcluster.audit import requests_by_user
+from localcluster.audit import READS, requests_by_user
 
 
-def _event(audit_id: str, user: str, at: str, stage: str = "ResponseComplete") -> str:
-    return json.dumps({"kind": "Event", "auditID": audit_id, "stage": stage,
+def _event(audit_id: str, user: str, at: str, stage: str = "ResponseComplete",
+           verb: str = "create") -> str:
+    return json.dumps({"kind": "Event", "auditID": audit_id, "stage": stage, "verb": verb,
                        "user": {"username": user}, "requestReceivedTimestamp": at})
 
 
 def test_requests_are_counted_once_per_audit_id_within_the_window():
     lines = [
         _event("a", "op", "2026-01-01T00:00:01.000000Z"),
-        _event("w", "op", "2026-01-01T00:00:02.000000Z", stage="ResponseStarted"),
+        _event("w", "op", "2026-01-01T00:00:02.000000Z", stage="ResponseStarted",
+               verb="watch"),
         _event("b", "kuberay", "2026-01-01T00:00:03.500000Z"),
         "",
-        _event("w", "op", "2026-01-01T00:00:02.000000Z"),  # the watch ends: same request
+        _event("w", "op", "2026-01-01T00:00:02.000000Z", verb="watch"),  # the same request
+        _event("g", "op", "2026-01-01T00:00:04.000000Z", verb="get"),
         _event("late", "op", "2026-01-01T00:00:09.000000Z"),
         _event("early", "op", "2025-12-31T23:59:59.000000Z"),
     ]
     start = 1767225600.0  # 2026-01-01T00:00:00Z
-    assert requests_by_user(lines, start, start + 5) == Counter({"op": 2, "kuberay": 1})
+    assert requests_by_user(lines, start, start + 5) == Counter({"op": 3, "kuberay": 1})
+    assert requests_by_user(lines, start, start + 5, READS) == Counter({"op": 1})
 
 
 def test_a_rayjob_asks_for_the_cluster_the_operator_builds_and_never_submits():
@@ -68,26 +72,27 @@ def test_durations_count_from_creation_and_skip_what_was_not_reached():
     assert bench.durations(times, "seen_ready") == [3]
 
 
-def _arm(kind, runs, ready_after, requests, rss):
+def _arm(kind, runs, ready_after, requests, rss, reads=None):
     times = {f"r{i}": bench.Times(created=0.0, cluster_created=ready_after / 2,
                                   cluster_ready=ready_after, seen_ready=ready_after)
              for i in range(runs)}
-    return bench.Arm(kind, runs, times, Counter(requests), rss, seconds=30, load=1.5)
+    return bench.Arm(kind, runs, times, Counter(requests), Counter(reads or {}), rss,
+                     seconds=30, load=1.5)
 
 
 def test_the_section_tabulates_both_arms_and_their_ratios():
     arms = [
         _arm(bench.GRPORUNS, 4, 3.0, {bench.OPERATOR_USER: 40, bench.KUBERAY_USER: 20},
-             {"operator": 100 * 2**20, "kuberay": 50 * 2**20}),
+             {"operator": 100 * 2**20, "kuberay": 50 * 2**20}, {bench.OPERATOR_USER: 2}),
         _arm(bench.RAYJOBS, 4, 2.0, {bench.KUBERAY_USER: 30}, {"kuberay": 60 * 2**20}),
     ]
     text = bench.section(arms)
     rows = [line for line in text.splitlines() if line.startswith("| 4 ")]
     assert rows == [
-        "| 4 | grpo-operator | 4/4 | 1.5 / 1.5 | 3.0 / 3.0 | 3.0 / 3.0 | 10.0 | 5.0 | 100 | 50 "
-        "| 30 | 1.5 |",
-        "| 4 | KubeRay RayJob | 4/4 | 1.0 / 1.0 | 2.0 / 2.0 | 2.0 / 2.0 | – | 7.5 | – | 60 "
-        "| 30 | 1.5 |",
+        "| 4 | grpo-operator | 4/4 | 1.5 / 1.5 | 3.0 / 3.0 | 3.0 / 3.0 | 10.0 | 0.5 | 5.0 | 100 "
+        "| 50 | 30 | 1.5 |",
+        "| 4 | KubeRay RayJob | 4/4 | 1.0 / 1.0 | 2.0 / 2.0 | 2.0 / 2.0 | – | – | 7.5 | – "
+        "| 60 | 30 | 1.5 |",
     ]
     assert ("- N=4, GRPORun ÷ RayJob: ready seen by the controller p50 1.50×, p95 1.50×; "
             "API requests per run (operator + KubeRay vs KubeRay) 2.00×") in text
