@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,12 +70,9 @@ def _runs_passed(port: int) -> int:
                    if family.name == "grpo_runs" for s in family.samples))
 
 
-def _per_run(items, label: str) -> int:
-    counts: dict[str, int] = {}
-    for item in items:
-        run = (item.metadata.labels or {}).get(label)
-        if run:
-            counts[run] = counts.get(run, 0) + 1
+def _most_per_run(labels: list[dict[str, str] | None]) -> int:
+    """The most objects one run has, from the objects' labels."""
+    counts = Counter(run for run in ((ls or {}).get(LABEL_RUN) for ls in labels) if run)
     return max(counts.values(), default=0)
 
 
@@ -106,13 +104,11 @@ def _kill_the_leader(cluster: LocalCluster, api: client.ApiClient, kubeconfig: P
         cluster.kubectl("create", "-n", namespace, "-f", "-",
                         input=yaml.safe_dump_all(bodies), timeout=300)
 
-        def created() -> int:
-            return sum(t.cluster_created is not None for t in timeline.times.values())
-
-        _until(lambda: created() >= runs * KILL_AT, 600, "RayClusters not created")
+        _until(lambda: timeline.clusters_created() >= runs * KILL_AT, 600,
+               "RayClusters not created")
         leader, _ = next((r, p) for r, p in replicas if r.identity == holder())
         standby, port = next((r, p) for r, p in replicas if r is not leader)
-        at_kill = created()
+        at_kill = timeline.clusters_created()
         leader.kill()
         killed = time.monotonic()
         progress(f"  failover, N={runs}: leader killed with {at_kill}/{runs} RayClusters made")
@@ -135,14 +131,11 @@ def _kill_the_leader(cluster: LocalCluster, api: client.ApiClient, kubeconfig: P
     finally:
         for replica, _ in replicas:
             replica.stop()
-    cluster_counts: dict[str, int] = {}
-    for rc in rayclusters:
-        run = (rc["metadata"].get("labels") or {}).get(LABEL_RUN)
-        cluster_counts[run] = cluster_counts.get(run, 0) + 1
     later = sum(((r.get("status") or {}).get("recovery") or {}).get("attempt", 1) > 1
                 for r in grporuns)
     return Failover(runs, at_kill, takeover, reconciled, all_ready,
-                    max(cluster_counts.values(), default=0), _per_run(jobs, LABEL_RUN), later)
+                    _most_per_run([rc["metadata"].get("labels") for rc in rayclusters]),
+                    _most_per_run([job.metadata.labels for job in jobs]), later)
 
 
 def measure(runs: int, progress: Callable[[str], None]) -> Failover:

@@ -172,6 +172,10 @@ class Timeline:
         with self._lock:
             return sum(t.seen_ready is not None for t in self.times.values())
 
+    def clusters_created(self) -> int:
+        with self._lock:
+            return sum(t.cluster_created is not None for t in self.times.values())
+
     def _record(self, name: str, milestone: str) -> None:
         now = time.time()
         with self._lock:

@@ -29,3 +29,9 @@ def test_the_section_shows_what_was_measured_and_what_was_not():
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[:4] == ["200", "67/200", "16.0", "17.5"]
     assert cells[4] == failover.MISSING and cells[5:] == ["1", "1", "0"]
+
+
+def test_duplicates_are_counted_per_run_from_the_labels():
+    run = failover.LABEL_RUN
+    assert failover._most_per_run([{run: "a"}, {run: "b"}, {run: "a"}, None, {}]) == 2
+    assert failover._most_per_run([]) == 0
