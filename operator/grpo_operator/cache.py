@@ -1,33 +1,36 @@
-"""What the operator knows of its runs and their children between passes.
+"""What the operator knows of its runs' children between passes.
 
-kopf's watches deliver every GRPORun and every object labelled ``grpo.dev/run`` of the kinds
-below, Secrets excepted (the label is a server-side selector: the API server sends nothing
-else); this cache keeps them by kind and name, and a pass reads them from here instead of
-asking the API server (controller-runtime's informer cache, on kopf's watches). kopf holds every handler until the
+kopf's watches deliver every object labelled ``grpo.dev/run`` of the kinds below, Secrets
+excepted (the label is a server-side selector: the API server sends nothing else); this cache
+keeps them by kind and name, and a pass reads them from here instead of asking the API server
+(controller-runtime's informer cache, on kopf's watches). kopf holds every handler until the
 first listing of each child kind is indexed, so no run is reconciled from a cache still
 filling up.
 
-A watch event of a version this process already has from a request of its own (a create's
-answer, a status write's, a read) is an echo: it wakes no run, the pass that made the request
-having chosen when to look again.
+The runs themselves are kept as metadata only: a pass reads its run from the API server, because
+the status it writes must rest on the stored version, and a watch can lag or, for about a
+minute after the CRD changes, serve objects pruned by the old schema.
 
-A cache lags the API server by one watch event. Three rules keep that lag harmless:
+A watch event of a version this process already has from a request of its own (a create's
+answer, a status write's) is an echo: it wakes no run, the pass that made the request having
+chosen when to look again.
+
+A cache lags the API server by one watch event, and kopf's relisting after a broken watch
+brings back what exists but says nothing of what went meanwhile. So:
 - a child this process creates is put in at once (the create's answer), so the next pass does
   not create it again; a child created elsewhere and not seen yet is refused at create (409)
   and then read once;
-- a run whose status this process just wrote is *behind* in the cache until that write's own
-  event comes back (or a read shows it caught up): passes meanwhile read the run from the API
-  server, so no pass acts on a status older than its own last write (the ReplicaSet
-  controller's "expectations", for one object);
-- a run whose write was refused as stale is behind until a read shows the cache caught up.
-Deletions are applied only to the object they name (uid), never to a newer one of the same
-name that a create has put in already.
+- deletions are applied only to the object they name (uid), never to a newer one of the same
+  name that a create has put in already;
+- a periodic listing (``sweep``) drops what the API server no longer has and no event said
+  (client-go's reflector replaces its store at each relist for the same reason).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import Any
 
 from grpo_operator.api.constants import GROUP, KIND, LABEL_RUN, PLURAL, VERSION
@@ -57,7 +60,8 @@ _CHILD_META: Shape = dict.fromkeys(("name", "namespace", "uid", "resourceVersion
                                     "deletionTimestamp"))
 _RESOURCES: Shape = {"resources": None}  # GPU metering
 
-RUN_KIND = CachedKind(GROUP, VERSION, PLURAL, KIND, {"spec": None, "status": None})
+# A run is kept as who it is: which runs exist, for waking them (a pass reads its run).
+RUN_KIND = CachedKind(GROUP, VERSION, PLURAL, KIND, {"metadata": _CHILD_META})
 # Kinds the operator creates or reads per run, watched. Those it only creates are kept as
 # metadata (a pass asks only whether they exist and who controls them).
 CHILD_KINDS = (
@@ -76,7 +80,7 @@ CHILD_KINDS = (
                {"metadata": _CHILD_META}),
 )
 # Secrets are not watched: the operator holds no list on Secrets (docs/security.md). The ones
-# it creates or finds are remembered (metadata only) until their run goes.
+# it creates or finds are remembered (metadata only) until the next sweep.
 SECRET_KIND = CachedKind("", "v1", "secrets", "Secret", {"metadata": _CHILD_META})
 KINDS = {k.kind: k for k in (RUN_KIND, *CHILD_KINDS, SECRET_KIND)}
 
@@ -121,13 +125,14 @@ def _version(obj: dict[str, Any] | None) -> str | None:
 
 
 class ObjectCache:
-    """Thread-safe: kopf's event loop and the reconcile workers both use it."""
+    """Thread-safe: kopf's event loop, the reconcile workers and the sweeper all use it."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock=time.monotonic) -> None:
         self._lock = threading.Lock()
+        self._clock = clock
         self._objects: dict[Key, dict[str, Any]] = {}
+        self._stored_at: dict[Key, float] = {}
         self._by_run: dict[tuple[str, str, str], set[str]] = {}  # (kind, ns, run) → names
-        self._behind: dict[Key, str | None] = {}  # → the version that catches it up, if known
         self._own: dict[Key, str] = {}  # → the last version a request of this process returned
 
     # -- fed by the watches ----------------------------------------------------------------
@@ -135,11 +140,8 @@ class ObjectCache:
     def put(self, kind: str, obj: Any) -> None:
         """Store what a watch delivered."""
         stored = slim(kind, obj)
-        key = _key(kind, stored)
         with self._lock:
-            self._store(key, stored)
-            if key in self._behind and self._behind[key] == _version(stored):
-                del self._behind[key]
+            self._store(_key(kind, stored), stored)
 
     def is_echo(self, kind: str, obj: Any) -> bool:
         """Whether ``obj`` is the version a request of this process last returned: its event
@@ -155,7 +157,6 @@ class ObjectCache:
             if current is not None and _uid(current) == _uid(obj):
                 self._store(key, None)
                 self._own.pop(key, None)
-            self._behind.pop(key, None)
 
     # -- fed by this process's own requests ------------------------------------------------
 
@@ -169,30 +170,35 @@ class ObjectCache:
             if _uid(self._objects.get(key)) != _uid(stored):
                 self._store(key, stored)
 
-    def wrote(self, kind: str, namespace: str, name: str, version: str | None) -> None:
-        """This process wrote the object to ``version`` (None: a write was refused because the
-        object had moved on to a version not known here): the cached copy is behind."""
+    def wrote(self, kind: str, namespace: str, name: str, version: str) -> None:
+        """A write of this process left the object at ``version`` (its event is an echo)."""
         with self._lock:
-            self._behind[(kind, namespace, name)] = version
-            if version is not None:
-                self._own[(kind, namespace, name)] = version
+            self._own[(kind, namespace, name)] = version
 
-    def read(self, kind: str, obj: dict[str, Any]) -> None:
-        """A fresh read of the object: if the cache holds the same version it has caught up."""
-        key = _key(kind, obj)
+    # -- the periodic listing --------------------------------------------------------------
+
+    def now(self) -> float:
+        return self._clock()
+
+    def sweep(self, kind: str, listed: set[tuple[str, str, str]], since: float,
+              ) -> list[dict[str, Any]]:
+        """Drop the objects of ``kind`` stored before ``since`` (when a listing began) that the
+        listing did not return (``listed``: namespace, name, uid); returns them."""
+        gone = []
         with self._lock:
-            if key in self._behind and _version(self._objects.get(key)) == _version(obj):
-                del self._behind[key]
+            for key, obj in list(self._objects.items()):
+                if (key[0] == kind and self._stored_at[key] < since
+                        and (key[1], key[2], _uid(obj)) not in listed):
+                    gone.append(obj)
+                    self._store(key, None)
+                    self._own.pop(key, None)
+        return gone
 
     # -- read by the passes ----------------------------------------------------------------
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
             return self._objects.get((kind, namespace, name))
-
-    def is_behind(self, kind: str, namespace: str, name: str) -> bool:
-        with self._lock:
-            return (kind, namespace, name) in self._behind
 
     def of_run(self, kind: str, namespace: str, run: str) -> list[dict[str, Any]]:
         """Objects of ``kind`` labelled with the run's name (anyone may set a label: callers
@@ -202,13 +208,14 @@ class ObjectCache:
             return [self._objects[(kind, namespace, n)] for n in sorted(names)]
 
     def forget_run(self, namespace: str, run: str) -> None:
-        """The run is gone: so is what is remembered of its children (the watched ones' own
-        deletions follow as events)."""
+        """The run is gone: so is what is remembered of it and its children (the watched
+        ones' own deletions follow as events)."""
         with self._lock:
-            for kind in KINDS:
-                for name in list(self._by_run.get((kind, namespace, run), ())):
-                    self._store((kind, namespace, name), None)
-                    self._own.pop((kind, namespace, name), None)
+            for key in [(KIND, namespace, run)] + [
+                    (kind, namespace, name) for kind in KINDS
+                    for name in self._by_run.get((kind, namespace, run), ())]:
+                self._store(key, None)
+                self._own.pop(key, None)
 
     def __len__(self) -> int:
         with self._lock:
@@ -217,6 +224,7 @@ class ObjectCache:
     def _store(self, key: Key, obj: dict[str, Any] | None) -> None:
         kind, namespace, name = key
         old = self._objects.pop(key, None)
+        self._stored_at.pop(key, None)
         if old is not None:
             run = (old["metadata"].get("labels") or {}).get(LABEL_RUN)
             names = self._by_run.get((kind, namespace, run))
@@ -227,6 +235,7 @@ class ObjectCache:
         if obj is None:
             return
         self._objects[key] = obj
+        self._stored_at[key] = self._clock()
         run = (obj["metadata"].get("labels") or {}).get(LABEL_RUN)
         if run is not None:
             self._by_run.setdefault((kind, namespace, run), set()).add(name)

@@ -1,4 +1,4 @@
-"""The reconcile loop: take a run from the work queue, observe it and its children (from the
+"""The reconcile loop: take a run from the work queue, read it, observe its children (from the
 watch-fed cache), decide (``reconcile.decide``, pure), record the status, then act."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from grpo_operator.api.report import REPORT_KEY, REPORT_SIGNATURE_KEY, describe_
 from grpo_operator.api.run_config import ResumeMode, RunConfig
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.api.status import GRPORunStatus, Terminal
+from grpo_operator.cache import CHILD_KINDS, SECRET_KIND
 from grpo_operator.children import configmaps, identity
 from grpo_operator.children.driver_job import driver_job
 from grpo_operator.children.meta import RunRef
@@ -38,8 +39,9 @@ _ANNOUNCED_ONCE = (Reason.REPORT_REJECTED, Reason.POD_NOT_STARTING)
 _EXPECTED_ERRORS = (ApiException, ChildConflict, StatusUnreadable, SpecInvalid)
 
 Key = tuple[str, str]  # (namespace, name)
-# After a status write that asked for no requeue: long enough for the write's echo to reach the
-# cache (the pass then reads no run by request).
+# After a status write that asked for no requeue, the run is looked at once more (decide may go
+# on from what it just wrote, and its write's echo wakes nothing): after a second, so that the
+# events of the pass's own creates fold into that one pass.
 SETTLE_SECONDS = 1.0
 
 
@@ -53,7 +55,7 @@ def _timestamp(value: str | None) -> datetime.datetime | None:
 
 class Controller:
     def __init__(self, kube: Kube, *, workers: int = 2, policy: Policy | None = None,
-                 metrics: Metrics | None = None,
+                 metrics: Metrics | None = None, sweep_seconds: float = 0,
                  signing_key: bytes):
         self.kube = kube
         self.policy = policy or Policy()
@@ -64,6 +66,11 @@ class Controller:
             threading.Thread(target=self._work, name=f"reconcile-{i}", daemon=True)
             for i in range(workers)
         ]
+        self.sweep_seconds = sweep_seconds
+        self._stopped = threading.Event()
+        if sweep_seconds:
+            self._threads.append(threading.Thread(target=self._sweep_every, name="sweep",
+                                                  daemon=True))
         # Rejected report texts per run, so a bad report is announced once, not every pass.
         self._announced: dict[Key, set[str]] = {}
         # API requests and passes per run, logged when the run is done with.
@@ -76,6 +83,7 @@ class Controller:
             t.start()
 
     def stop(self) -> None:
+        self._stopped.set()
         self.queue.close()
         for t in self._threads:
             if t.ident is not None:  # a follower's workers never started
@@ -96,8 +104,8 @@ class Controller:
         self.queue.add((namespace, name))
 
     def run_event(self, event_type: str | None, body: dict[str, Any]) -> None:
-        """A watch event of a run: cached, and the run queued unless the event is an echo
-        (waking the run at each of its own writes would also undo a failed pass's backoff)."""
+        """A watch event of a run: the run is queued unless the event is an echo (waking the
+        run at each of its own writes would also undo a failed pass's backoff)."""
         meta = body["metadata"]
         cache = self.kube.cache
         if event_type == "DELETED":
@@ -112,16 +120,44 @@ class Controller:
     def child_event(self, kind: str, event_type: str | None, body: dict[str, Any]) -> None:
         """A watch event of a run's child (a RayCluster turning ready, a Job failing, a report
         written; the cache has it already): its run is woken, unless the event is an echo."""
-        meta = body["metadata"]
         if event_type == "DELETED":
             self.kube.cache.remove(kind, body)
         elif self.kube.cache.is_echo(kind, body):
             return
+        self._wake_owner(body)
+
+    def _wake_owner(self, child: dict[str, Any]) -> None:
+        meta = child["metadata"]
         run = (meta.get("labels") or {}).get(LABEL_RUN)
         # A run the cache does not hold is gone (its children go after it) or not delivered
         # yet (its own event will queue it).
         if run and self.kube.cache.get(KIND, meta["namespace"], run) is not None:
             self.enqueue(meta["namespace"], run)
+
+    def sweep(self) -> int:
+        """Check the children's cache against a listing of each watched kind: what went while
+        a watch was broken (no event says so) is dropped and its run woken. Returns how many."""
+        cache, gone = self.kube.cache, 0
+        # Secrets are not watched (nor listed): what is remembered of them is forgotten, so a
+        # run's next pass that needs them checks them again (and makes a deleted one anew).
+        cache.sweep(SECRET_KIND.kind, set(), cache.now())
+        for kind in CHILD_KINDS:
+            since = cache.now()
+            for child in cache.sweep(kind.kind, self.kube.list_labelled(kind), since):
+                log.info("%s %s/%s went unseen by the watch; dropped from the cache", kind.kind,
+                         child["metadata"].get("namespace"), child["metadata"]["name"])
+                self._wake_owner(child)
+                gone += 1
+        return gone
+
+    def _sweep_every(self) -> None:
+        while not self._stopped.wait(self.sweep_seconds):
+            try:
+                self.sweep()
+            except Exception as error:  # noqa: BLE001 - the next sweep tries again
+                log.warning("cache sweep failed: %s", error)
+            finally:
+                self.kube.take_request_count()  # not any run's cost
 
     def forget(self, namespace: str, name: str) -> None:
         self.queue.forget((namespace, name))

@@ -13,8 +13,8 @@ from typing import Any
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
-from grpo_operator.api.constants import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from grpo_operator.cache import ObjectCache
+from grpo_operator.api.constants import API_VERSION, GROUP, KIND, LABEL_RUN, PLURAL, VERSION
+from grpo_operator.cache import CachedKind, ObjectCache
 from grpo_operator.children.meta import RunRef
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,8 @@ REQUEST_TIMEOUT = (5, 30)
 # Creates of one child tried in a pass while its name is held at the create and free at the
 # read (someone deleting it meanwhile).
 CREATE_ATTEMPTS = 3
+# Objects per page of a sweep's listing (the API server's memory per request stays bounded).
+LIST_PAGE = 500
 
 
 class StaleStatus(Exception):
@@ -80,9 +82,9 @@ def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 class Kube:
-    """Reads from the watch-fed cache, idempotent creates, deletes, status patches and Events.
-    Reads that go to the API server are the exceptions: a run the cache is behind on, a
-    child's name found taken at create, the user's PersistentVolumeClaims at acceptance."""
+    """Reads of children from the watch-fed cache, idempotent creates, deletes, status patches
+    and Events. Reads that go to the API server: the run (once per pass), a child's name found
+    taken at create, the user's PersistentVolumeClaims at acceptance, the periodic listing."""
 
     def __init__(self, api: client.ApiClient, cache: ObjectCache):
         self.api = api
@@ -112,11 +114,7 @@ class Kube:
     # -- runs --------------------------------------------------------------------------------
 
     def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The run as the cache holds it, or as stored when the cache is behind on it (this
-        process wrote it since) or does not hold it (gone, or never seen)."""
-        cached = self.cache.get(KIND, namespace, name)
-        if cached is not None and not self.cache.is_behind(KIND, namespace, name):
-            return cached
+        """The run as stored (never from a watch: the pass's status write rests on it)."""
         self._count(read=True)
         try:
             body = self.custom.get_namespaced_custom_object(
@@ -125,10 +123,7 @@ class Kube:
             if _absent(e):
                 return None
             raise
-        if cached is None:
-            self.cache.created(KIND, body)
-        else:
-            self.cache.read(KIND, body)
+        self.cache.created(KIND, body)
         return body
 
     # -- children ----------------------------------------------------------------------------
@@ -158,6 +153,31 @@ class Kube:
         return [p for p in self.cache.of_run("Pod", run.namespace, run.name)
                 if labels.items() <= (p["metadata"].get("labels") or {}).items()
                 and (controller_uid is None or controlled_by(p, controller_uid))]
+
+    def list_labelled(self, kind: CachedKind) -> set[tuple[str, str, str]]:
+        """Namespace, name and uid of every object of ``kind`` labelled ``grpo.dev/run``, in
+        every namespace: metadata only, in pages (a sweep's listing)."""
+        path = (f"/apis/{kind.group}/{kind.version}/{kind.plural}" if kind.group
+                else f"/api/{kind.version}/{kind.plural}")
+        found: set[tuple[str, str, str]] = set()
+        token = None
+        while True:
+            self._count(read=True)
+            query = [("labelSelector", LABEL_RUN), ("limit", LIST_PAGE)]
+            if token:
+                query.append(("continue", token))
+            page = self.api.call_api(
+                path, "GET", query_params=query, response_type="object",
+                auth_settings=["BearerToken"],
+                header_params={"Accept": "application/json;as=PartialObjectMetadataList;"
+                               "g=meta.k8s.io;v=v1"},
+                _return_http_data_only=True, _request_timeout=REQUEST_TIMEOUT)
+            for item in page.get("items") or ():
+                meta = item["metadata"]
+                found.add((meta.get("namespace") or "", meta["name"], meta["uid"]))
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return found
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:
         """Create the child ``obj`` unless the cache holds it; one of that name already there
@@ -235,7 +255,6 @@ class Kube:
                 _request_timeout=REQUEST_TIMEOUT)
         except ApiException as e:
             if e.status == 409:
-                self.cache.wrote(KIND, namespace, name, None)
                 raise StaleStatus(f"{namespace}/{name} is no longer at resourceVersion "
                                   f"{resource_version}") from None
             raise

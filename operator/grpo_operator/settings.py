@@ -16,6 +16,8 @@ from grpo_operator.reconcile import Policy
 class Settings:
     workers: int = 4
     """Reconcile worker threads (runs are reconciled one at a time each)."""
+    sweep_seconds: float = 300.0
+    """How often the children's cache is checked against a listing (0: never)."""
     metrics_port: int = 0
     """Port of the Prometheus /metrics endpoint (0: not served)."""
     namespace: str = "grpo-system"
@@ -58,6 +60,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         )
     return Settings(
         workers=max(1, int(_number(env, "GRPO_WORKERS", Settings.workers, int))),
+        sweep_seconds=_number(env, "GRPO_SWEEP_SECONDS", Settings.sweep_seconds),
         metrics_port=int(_number(env, "GRPO_METRICS_PORT", 0, int)),
         namespace=namespace,
         signing_secret=signing_secret,

@@ -25,9 +25,9 @@ def test_only_what_a_pass_reads_is_kept():
     assert pod["metadata"]["labels"] == {LABEL_RUN: "r"}
     assert pod["apiVersion"] == "v1" and pod["status"] == {"phase": "Running"}
     assert pod["spec"] == {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
-    run = slim(KIND, obj(KIND, "r", spec={"a": 1}))
-    assert run["spec"] == {"a": 1} and "managedFields" not in run["metadata"]
-    assert run["metadata"]["resourceVersion"] == "1"
+    run = slim(KIND, obj(KIND, "r", spec={"a": 1}, status={"phase": "Running"}))
+    assert "spec" not in run and "status" not in run  # a pass reads its run from the server
+    assert run["metadata"]["resourceVersion"] == "1" and "managedFields" not in run["metadata"]
     secret = slim("Secret", obj("Secret", "s", data={"token": "c2VjcmV0"}))
     assert "data" not in secret  # a Secret's values never stay in the operator's memory
     assert slim("ConfigMap", obj("ConfigMap", "c", data={"k": "v"}))["data"] == {"k": "v"}
@@ -64,16 +64,12 @@ def test_a_create_answer_never_replaces_what_the_watch_delivered_since():
     assert cache.get("RayCluster", "ns", "c")["metadata"]["resourceVersion"] == "7"
 
 
-def test_a_run_is_behind_from_its_write_until_that_writes_echo():
+def test_the_event_of_its_own_status_write_is_an_echo():
     cache = ObjectCache()
     cache.put(KIND, obj(KIND, "r", version="1"))
     cache.wrote(KIND, "ns", "r", "3")
-    assert cache.is_behind(KIND, "ns", "r")
-    cache.put(KIND, older := obj(KIND, "r", version="2"))  # an older event, in order
-    assert cache.is_behind(KIND, "ns", "r") and not cache.is_echo(KIND, older)
-    cache.put(KIND, echo := obj(KIND, "r", version="3"))
-    assert not cache.is_behind(KIND, "ns", "r")  # caught up
-    assert cache.is_echo(KIND, echo)
+    assert not cache.is_echo(KIND, obj(KIND, "r", version="2"))  # an older event, in order
+    assert cache.is_echo(KIND, obj(KIND, "r", version="3"))
     assert not cache.is_echo(KIND, obj(KIND, "r", version="4"))  # someone else's write
 
 
@@ -86,16 +82,31 @@ def test_the_event_of_its_own_create_is_an_echo():
     assert not cache.is_echo("Job", obj("Job", "k", version="5"))
 
 
-def test_a_refused_write_leaves_the_run_behind_until_a_read_agrees_with_the_cache():
-    cache = ObjectCache()
-    cache.put(KIND, obj(KIND, "r", version="4"))
-    cache.wrote(KIND, "ns", "r", None)  # refused: stored is newer than 4, which is not known
-    cache.read(KIND, obj(KIND, "r", version="6"))
-    assert cache.is_behind(KIND, "ns", "r")  # the cache still has 4
-    cache.put(KIND, obj(KIND, "r", version="6"))
-    assert not cache.is_echo(KIND, obj(KIND, "r", version="6"))  # not a write of ours
-    cache.read(KIND, obj(KIND, "r", version="6"))
-    assert not cache.is_behind(KIND, "ns", "r")
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_sweep_drops_what_its_listing_lacks_unless_stored_after_the_listing_began():
+    clock = Clock()
+    cache = ObjectCache(clock)
+    cache.put("Pod", obj("Pod", "gone", uid="g"))  # deleted while the watch was broken
+    cache.put("Pod", obj("Pod", "kept", uid="k"))
+    cache.put("Pod", obj("Pod", "replaced", uid="old"))
+    cache.put("Job", obj("Job", "gone", uid="g"))  # another kind: not this listing's
+    clock.t = 10
+    since = cache.now()
+    clock.t = 11
+    cache.created("Pod", obj("Pod", "made-during", uid="m"))  # after the listing began
+    listed = {("ns", "kept", "k"), ("ns", "replaced", "new")}
+    gone = cache.sweep("Pod", listed, since)
+    assert sorted(p["metadata"]["name"] for p in gone) == ["gone", "replaced"]
+    assert [p["metadata"]["name"] for p in cache.of_run("Pod", "ns", "r")] == [
+        "kept", "made-during"]
+    assert cache.get("Job", "ns", "gone") is not None
 
 
 def test_a_gone_run_takes_what_is_remembered_of_its_children():
@@ -103,7 +114,9 @@ def test_a_gone_run_takes_what_is_remembered_of_its_children():
     cache.created("Secret", obj("Secret", "r-ray-auth"))
     cache.put("Job", obj("Job", "r-driver-1"))
     cache.put("Job", obj("Job", "s-driver-1", run="s"))
+    cache.put(KIND, obj(KIND, "r", run=None))
     cache.forget_run("ns", "r")
+    assert cache.get(KIND, "ns", "r") is None
     assert cache.get("Secret", "ns", "r-ray-auth") is None
     assert cache.get("Job", "ns", "r-driver-1") is None
     assert cache.get("Job", "ns", "s-driver-1") is not None
