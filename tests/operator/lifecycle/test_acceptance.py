@@ -18,7 +18,9 @@ def _refused(runs, name: str, reason: str) -> dict:
     assert accepted["status"] == "False"
     assert accepted["reason"] == reason
     assert runs.children(name) == {}
-    assert ("Warning", reason, accepted["message"]) in runs.events(name)
+    # The operator posts a pass's Events once its status is written, so they may trail it.
+    refusal = ("Warning", reason, accepted["message"])
+    wait_for(lambda: refusal in runs.events(name), 10, what=f"{name}'s {reason} Event")
     status = runs.status(name)
     assert status["terminal"]["outcome"] == "Failed"
     assert "cleanup" not in status["terminal"]
