@@ -13,6 +13,7 @@ import os
 import kopf
 
 import grpo_operator.main  # noqa: F401 - registers the handlers
+from grpo_operator import settings
 
 
 def main() -> None:
@@ -22,7 +23,7 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     kopf.configure(verbose=args.verbose, log_prefix=True)
-    namespaces = [n for n in os.environ.get("WATCH_NAMESPACES", "").split(",") if n]
+    namespaces = list(settings.from_env().namespaces)
     asyncio.run(
         kopf.operator(
             standalone=True,

@@ -170,6 +170,14 @@ class ObjectCache:
             if _uid(self._objects.get(key)) != _uid(stored):
                 self._store(key, stored)
 
+    def patched(self, kind: str, obj: Any) -> None:
+        """An object only this process writes, as its write left it."""
+        stored = slim(kind, obj)
+        key = _key(kind, stored)
+        with self._lock:
+            self._own[key] = _version(stored)
+            self._store(key, stored)
+
     def wrote(self, kind: str, namespace: str, name: str, version: str) -> None:
         """A write of this process left the object at ``version`` (its event is an echo)."""
         with self._lock:

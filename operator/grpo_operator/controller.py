@@ -56,7 +56,7 @@ def _timestamp(value: str | None) -> datetime.datetime | None:
 class Controller:
     def __init__(self, kube: Kube, *, workers: int = 2, policy: Policy | None = None,
                  metrics: Metrics | None = None, sweep_seconds: float = 0,
-                 signing_key: bytes):
+                 namespaces: tuple[str, ...] = (), signing_key: bytes):
         self.kube = kube
         self.policy = policy or Policy()
         self.metrics = metrics or Metrics()
@@ -67,6 +67,7 @@ class Controller:
             for i in range(workers)
         ]
         self.sweep_seconds = sweep_seconds
+        self.namespaces = namespaces  # served (none: all), what a sweep lists
         self._stopped = threading.Event()
         if sweep_seconds:
             self._threads.append(threading.Thread(target=self._sweep_every, name="sweep",
@@ -143,7 +144,9 @@ class Controller:
         cache.sweep(SECRET_KIND.kind, set(), cache.now())
         for kind in CHILD_KINDS:
             since = cache.now()
-            for child in cache.sweep(kind.kind, self.kube.list_labelled(kind), since):
+            listed = set().union(*(self.kube.list_labelled(kind, namespace)
+                                   for namespace in self.namespaces or (None,)))
+            for child in cache.sweep(kind.kind, listed, since):
                 log.info("%s %s/%s went unseen by the watch; dropped from the cache", kind.kind,
                          child["metadata"].get("namespace"), child["metadata"]["name"])
                 self._wake_owner(child)

@@ -154,24 +154,20 @@ class Kube:
                 if labels.items() <= (p["metadata"].get("labels") or {}).items()
                 and (controller_uid is None or controlled_by(p, controller_uid))]
 
-    def list_labelled(self, kind: CachedKind) -> set[tuple[str, str, str]]:
-        """Namespace, name and uid of every object of ``kind`` labelled ``grpo.dev/run``, in
-        every namespace: metadata only, in pages (a sweep's listing)."""
-        path = (f"/apis/{kind.group}/{kind.version}/{kind.plural}" if kind.group
-                else f"/api/{kind.version}/{kind.plural}")
+    def list_labelled(self, kind: CachedKind, namespace: str | None,
+                      ) -> set[tuple[str, str, str]]:
+        """Namespace, name and uid of every object of ``kind`` labelled ``grpo.dev/run`` in
+        ``namespace`` (None: in all): metadata only, in pages (a sweep's listing)."""
+        resource = self.dynamic.resources.get(api_version=kind.api_version, kind=kind.kind)
         found: set[tuple[str, str, str]] = set()
         token = None
         while True:
             self._count(read=True)
-            query = [("labelSelector", LABEL_RUN), ("limit", LIST_PAGE)]
-            if token:
-                query.append(("continue", token))
-            page = self.api.call_api(
-                path, "GET", query_params=query, response_type="object",
-                auth_settings=["BearerToken"],
+            page = resource.get(
+                namespace=namespace, label_selector=LABEL_RUN, limit=LIST_PAGE, _continue=token,
                 header_params={"Accept": "application/json;as=PartialObjectMetadataList;"
                                "g=meta.k8s.io;v=v1"},
-                _return_http_data_only=True, _request_timeout=REQUEST_TIMEOUT)
+                _request_timeout=REQUEST_TIMEOUT).to_dict()
             for item in page.get("items") or ():
                 meta = item["metadata"]
                 found.add((meta.get("namespace") or "", meta["name"], meta["uid"]))
@@ -221,9 +217,11 @@ class Kube:
         current = self.cache.get("ConfigMap", meta["namespace"], meta["name"]) or {}
         if (current.get("data") or {}) != obj["data"]:
             self._count()
-            self.core.patch_namespaced_config_map(meta["name"], meta["namespace"],
-                                                  {"data": obj["data"]},
-                                                  _request_timeout=REQUEST_TIMEOUT)
+            patched = self.core.patch_namespaced_config_map(
+                meta["name"], meta["namespace"], {"data": obj["data"]},
+                _request_timeout=REQUEST_TIMEOUT)
+            # Only the operator writes a run config: its answer is the newest there is.
+            self.cache.patched("ConfigMap", self.api.sanitize_for_serialization(patched))
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, *,
                propagation: str = "Background") -> None:

@@ -75,6 +75,7 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     controller = memo.controller = Controller(Kube(api, ObjectCache()), workers=own.workers,
                                               policy=own.policy, metrics=metrics,
                                               sweep_seconds=own.sweep_seconds,
+                                              namespaces=own.namespaces,
                                               signing_key=signing_key)
     logging.getLogger("grpo_operator").setLevel(logging.INFO)
     # A line per watch event handled ("Handler 'wake-pods' succeeded") says nothing; failures

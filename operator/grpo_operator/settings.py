@@ -16,6 +16,8 @@ from grpo_operator.reconcile import Policy
 class Settings:
     workers: int = 4
     """Reconcile worker threads (runs are reconciled one at a time each)."""
+    namespaces: tuple[str, ...] = ()
+    """The namespaces served (WATCH_NAMESPACES, comma-separated); none: the whole cluster."""
     sweep_seconds: float = 300.0
     """How often the children's cache is checked against a listing (0: never)."""
     metrics_port: int = 0
@@ -60,6 +62,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         )
     return Settings(
         workers=max(1, int(_number(env, "GRPO_WORKERS", Settings.workers, int))),
+        namespaces=tuple(n.strip() for n in env.get("WATCH_NAMESPACES", "").split(",")
+                         if n.strip()),
         sweep_seconds=_number(env, "GRPO_SWEEP_SECONDS", Settings.sweep_seconds),
         metrics_port=int(_number(env, "GRPO_METRICS_PORT", 0, int)),
         namespace=namespace,

@@ -120,3 +120,12 @@ def test_a_gone_run_takes_what_is_remembered_of_its_children():
     assert cache.get("Secret", "ns", "r-ray-auth") is None
     assert cache.get("Job", "ns", "r-driver-1") is None
     assert cache.get("Job", "ns", "s-driver-1") is not None
+
+
+def test_a_patch_answer_replaces_the_cached_copy_and_its_event_is_an_echo():
+    cache = ObjectCache()
+    cache.put("ConfigMap", obj("ConfigMap", "c", version="3", data={"attempt": "1"}))
+    cache.patched("ConfigMap", patched := obj("ConfigMap", "c", version="4",
+                                              data={"attempt": "2"}))
+    assert cache.get("ConfigMap", "ns", "c")["data"] == {"attempt": "2"}
+    assert cache.is_echo("ConfigMap", patched)

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import dynamic
 
 from grpo_operator.acceptance import Confinement
-from grpo_operator.api.constants import KIND, LABEL_RUN
+from grpo_operator.api.constants import LABEL_RUN
 from grpo_operator.cache import CHILD_KINDS, RUN_KIND, ObjectCache
 from grpo_operator.controller import Controller
 from grpo_operator.kube import Kube

@@ -17,6 +17,7 @@ def test_defaults_and_overrides():
     assert (own.workers, own.metrics_port, own.sweep_seconds) == (4, 9090, 0)
     assert own.policy.cluster_unhealthy_seconds == 12.5
     assert own.policy.meter_interval_seconds == 5
+    assert from_env({"WATCH_NAMESPACES": "team-a, team-b,"}).namespaces == ("team-a", "team-b")
 
 
 @pytest.mark.parametrize("env", [{"GRPO_METRICS_PORT": "http"},
