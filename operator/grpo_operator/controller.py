@@ -29,6 +29,7 @@ from grpo_operator.kube import ChildConflict, Kube, StaleStatus, merge_patch
 from grpo_operator.metrics import Metrics
 from grpo_operator.naming import ChildNames
 from grpo_operator.reconcile import Action, Decision, Event, Observed, Policy, decide
+from grpo_operator.recorder import EventRecorder
 from grpo_operator.signing import run_ray_token, run_report_key
 from grpo_operator.workqueue import WorkQueue
 
@@ -62,6 +63,7 @@ class Controller:
         self.metrics = metrics or Metrics()
         self.queue = WorkQueue()
         self.signing_key = signing_key
+        self.events = EventRecorder(kube.event)
         self._threads = [
             threading.Thread(target=self._work, name=f"reconcile-{i}", daemon=True)
             for i in range(workers)
@@ -89,6 +91,7 @@ class Controller:
         for t in self._threads:
             if t.ident is not None:  # a follower's workers never started
                 t.join(10)
+        self.events.flush(5)
 
     def _account(self, key: Key, done: bool) -> None:
         cost = self.cost.setdefault(key, [0, 0, 0])
@@ -277,7 +280,8 @@ class Controller:
     def _record(self, run: RunRef, observed: Observed | None, decision: Decision,
                 old_wire: dict[str, Any], version: str) -> str:
         """Write the decided status over the one read at ``version`` (the pass's actions and
-        Events follow only once it is written); returns the run's resourceVersion after."""
+        Events follow only once it is written: its Events are queued, posted off the pass);
+        returns the run's resourceVersion after."""
         new_wire = decision.status.to_wire()
         if new_wire != old_wire:
             version = self.kube.patch_status(run.namespace, run.name,
@@ -291,7 +295,7 @@ class Controller:
                 if event.message in announced:
                     continue
                 announced.add(event.message)
-            self.kube.event(run, event.type, event.reason, event.message)
+            self.events.record(run, event.type, event.reason, event.message)
         return version
 
     def _act(self, run: RunRef, spec: GRPORunSpec, decision: Decision) -> None:
@@ -365,8 +369,8 @@ class Controller:
             announced = self._announced.setdefault((namespace, name), set())
             if message not in announced:
                 announced.add(message)
-                self.kube.event(RunRef(name, namespace, meta["uid"]), "Warning", reason,
-                                message)
+                self.events.record(RunRef(name, namespace, meta["uid"]), "Warning", reason,
+                                   message)
         except Exception as e:  # noqa: BLE001 - the next pass tries again
             log.warning("could not record the failure on %s/%s: %s", namespace, name, e)
 
