@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
+from functools import partial
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -309,19 +310,20 @@ class Controller:
                     report_config_map=ChildNames(run.name).report_config_map,
                 )
                 # What the Ray pods need first (the policy before the cluster: its pods are
-                # never open to all), then what only the driver needs, made while KubeRay
-                # starts the pods.
-                for obj in (identity.service_account(run),
-                            identity.auth_secret(run, run_ray_token(self.signing_key, run.uid))):
-                    k.create_if_absent(obj)
-                k.ensure_config_map(configmaps.run_config_map(run, config))
-                for obj in (
-                    network_policy(run), ray_cluster(spec, run),
-                    identity.role(run), identity.role_binding(run),
+                # never open to all), then the cluster with what only the driver needs, made
+                # while KubeRay starts the pods; each group at once.
+                k.concurrently(
+                    partial(k.create_if_absent, identity.service_account(run)),
+                    partial(k.create_if_absent, identity.auth_secret(
+                        run, run_ray_token(self.signing_key, run.uid))),
+                    partial(k.ensure_config_map, configmaps.run_config_map(run, config)),
+                    partial(k.create_if_absent, network_policy(run)),
+                )
+                k.concurrently(*(partial(k.create_if_absent, obj) for obj in (
+                    ray_cluster(spec, run), identity.role(run), identity.role_binding(run),
                     identity.report_key_secret(run, run_report_key(self.signing_key, run.uid)),
                     configmaps.report_config_map(run),
-                ):
-                    k.create_if_absent(obj)
+                )))
             elif action == Action.ENSURE_DRIVER_JOB:
                 k.create_if_absent(driver_job(spec, run, attempt))
             elif action == Action.DELETE_RAY_CLUSTER:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime
 import functools
 import json
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client, dynamic
@@ -27,6 +29,9 @@ REQUEST_TIMEOUT = (5, 30)
 # Creates of one child tried in a pass while its name is held at the create and free at the
 # read (someone deleting it meanwhile).
 CREATE_ATTEMPTS = 3
+# Threads making the children of every pass at once (ensure_all); the API client's connection
+# pool must hold them besides the reconcile workers' own.
+CREATE_THREADS = 8
 # Objects per page of a sweep's listing (the API server's memory per request stays bounded).
 LIST_PAGE = 500
 
@@ -93,6 +98,9 @@ class Kube:
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self._local = threading.local()  # requests made by this thread since the last take
+        # Shared by every reconcile worker: the concurrent creates of their passes.
+        self._pool = concurrent.futures.ThreadPoolExecutor(CREATE_THREADS,
+                                                           thread_name_prefix="create")
 
     @functools.cached_property
     def dynamic(self) -> dynamic.DynamicClient:
@@ -207,6 +215,29 @@ class Kube:
             return False
         raise RuntimeError(f"{kind} {meta['name']} was there at each create and gone "
                            f"at each read ({CREATE_ATTEMPTS} times)")
+
+    def concurrently(self, *calls: Callable[[], object]) -> None:
+        """Make these requests (``create_if_absent``, ``ensure_config_map``...) at the same
+        time: none depends on another, and the pass waits one round trip for them, not one
+        each. Their requests count as the calling thread's; the first failure is raised once
+        all have answered."""
+        def call(fn: Callable[[], object]) -> tuple[tuple[int, int], Exception | None]:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - raised by the caller, after the others
+                return self.take_request_count(), e
+            return self.take_request_count(), None
+
+        counts = getattr(self._local, "counts", None) or [0, 0]
+        errors = []
+        for future in [self._pool.submit(call, fn) for fn in calls]:
+            (requests, reads), error = future.result()
+            counts[0] += requests
+            counts[1] += reads
+            errors.append(error)
+        self._local.counts = counts
+        if error := next((e for e in errors if e is not None), None):
+            raise error
 
     def ensure_config_map(self, obj: dict[str, Any]) -> None:
         """Create the ConfigMap, or replace its data when it differs (the run config changes

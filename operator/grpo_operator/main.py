@@ -26,7 +26,7 @@ from grpo_operator.api.constants import (
 )
 from grpo_operator.cache import CHILD_KINDS, CachedKind, ObjectCache
 from grpo_operator.controller import Controller
-from grpo_operator.kube import Kube
+from grpo_operator.kube import CREATE_THREADS, Kube
 from grpo_operator.leader import LeaderElection
 from grpo_operator.metrics import Metrics
 from grpo_operator.signing import load_or_create_signing_key
@@ -69,7 +69,11 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     metrics = Metrics()
     if own.metrics_port:
         metrics.serve(own.metrics_port)
-    api = client.ApiClient()
+    configuration = client.Configuration.get_default_copy()
+    # Every reconcile worker and create thread may hold a connection at once (urllib3 would
+    # otherwise open and discard extra ones, with a warning each).
+    configuration.connection_pool_maxsize = own.workers + CREATE_THREADS + 2
+    api = client.ApiClient(configuration)
     signing_key = load_or_create_signing_key(client.CoreV1Api(api), own.namespace,
                                              own.signing_secret)
     controller = memo.controller = Controller(Kube(api, ObjectCache()), workers=own.workers,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import threading
 
-from grpo_operator.kube import controlled_by, merge_patch
+import pytest
+from kubernetes import client
+
+from grpo_operator.cache import ObjectCache
+from grpo_operator.kube import Kube, controlled_by, merge_patch
 
 
 def apply(doc: dict, patch: dict) -> dict:
@@ -69,3 +73,22 @@ def test_a_child_deleted_between_the_refused_create_and_the_read_is_created(k8s_
     assert DeletedMeanwhile(k8s_api, ObjectCache()).create_if_absent(child) is True
     stored = core.read_namespaced_config_map("child", namespace)
     assert stored.data == {"made": "by the run"}
+
+
+def test_concurrent_requests_all_answer_count_as_the_callers_and_the_first_failure_is_raised():
+    kube = Kube(client.ApiClient(), ObjectCache())
+    started, answered = threading.Barrier(3, timeout=5), []
+
+    def request(name: str, fails: bool = False):
+        def call():
+            kube._count(read=name == "read")
+            started.wait()  # all three in flight at once, or this times out
+            answered.append(name)
+            if fails:
+                raise RuntimeError(name)
+        return call
+
+    with pytest.raises(RuntimeError, match="refused"):
+        kube.concurrently(request("read"), request("refused", fails=True), request("create"))
+    assert sorted(answered) == ["create", "read", "refused"]
+    assert kube.take_request_count() == (3, 1)
