@@ -1,29 +1,32 @@
-"""What the operator knows of its runs' children between passes.
+"""What the operator knows of its runs and their children between passes.
 
-kopf's watches deliver every object labelled ``grpo.dev/run`` of the kinds below, Secrets
-excepted (the label is a server-side selector: the API server sends nothing else); this cache
-keeps them by kind and name, and a pass reads them from here instead of asking the API server
-(controller-runtime's informer cache, on kopf's watches). kopf holds every handler until the
-first listing of each child kind is indexed, so no run is reconciled from a cache still
-filling up.
-
-The runs themselves are kept as metadata only: a pass reads its run from the API server, because
-the status it writes must rest on the stored version, and a watch can lag or, for about a
-minute after the CRD changes, serve objects pruned by the old schema.
+kopf's watches deliver every GRPORun and every object labelled ``grpo.dev/run`` of the kinds
+below, Secrets excepted (the label is a server-side selector: the API server sends nothing
+else); this cache keeps them by kind and name, and a pass reads them from here instead of
+asking the API server (controller-runtime's informer cache, on kopf's watches). kopf holds
+every handler until the first listing of each child kind is indexed, so no run is reconciled
+from a cache still filling up.
 
 A watch event of a version this process already has from a request of its own (a create's
-answer, a status write's) is an echo: it wakes no run, the pass that made the request having
-chosen when to look again.
+answer, a status write's, a read) is an echo: it wakes no run, the pass that made the request
+having chosen when to look again.
 
-A cache lags the API server by one watch event, and kopf's relisting after a broken watch
-brings back what exists but says nothing of what went meanwhile. So:
+A cache lags the API server, and a watch can say less than the truth. The rules:
 - a child this process creates is put in at once (the create's answer), so the next pass does
   not create it again; a child created elsewhere and not seen yet is refused at create (409)
   and then read once;
+- a run whose status this process just wrote is *behind* in the cache until that write's own
+  event comes back (or a read shows it caught up): passes meanwhile read the run from the API
+  server, so no pass acts on a status older than its own last write (the ReplicaSet
+  controller's "expectations", for one object); a run whose write was refused as stale is
+  behind until a read shows the cache caught up;
+- while the GRPORun CRD's schema changes, the API server's watch may send events pruned by
+  the old schema and resume after them: every run is behind for a while (``distrust_runs``)
+  and then listed anew (``replace_runs``);
 - deletions are applied only to the object they name (uid), never to a newer one of the same
-  name that a create has put in already;
-- a periodic listing (``sweep``) drops what the API server no longer has and no event said
-  (client-go's reflector replaces its store at each relist for the same reason).
+  name that a create has put in already; kopf's relisting after a broken watch says nothing
+  of what went meanwhile, so a periodic listing (``sweep``) drops what the API server no
+  longer has (client-go's reflector replaces its store at each relist for the same reason).
 """
 
 from __future__ import annotations
@@ -60,8 +63,7 @@ _CHILD_META: Shape = dict.fromkeys(("name", "namespace", "uid", "resourceVersion
                                     "deletionTimestamp"))
 _RESOURCES: Shape = {"resources": None}  # GPU metering
 
-# A run is kept as who it is: which runs exist, for waking them (a pass reads its run).
-RUN_KIND = CachedKind(GROUP, VERSION, PLURAL, KIND, {"metadata": _CHILD_META})
+RUN_KIND = CachedKind(GROUP, VERSION, PLURAL, KIND, {"spec": None, "status": None})
 # Kinds the operator creates or reads per run, watched. Those it only creates are kept as
 # metadata (a pass asks only whether they exist and who controls them).
 CHILD_KINDS = (
@@ -134,14 +136,19 @@ class ObjectCache:
         self._stored_at: dict[Key, float] = {}
         self._by_run: dict[tuple[str, str, str], set[str]] = {}  # (kind, ns, run) → names
         self._own: dict[Key, str] = {}  # → the last version a request of this process returned
+        self._behind: dict[Key, str | None] = {}  # → the version that catches it up, if known
+        self._runs_distrusted_until = float("-inf")
 
     # -- fed by the watches ----------------------------------------------------------------
 
     def put(self, kind: str, obj: Any) -> None:
         """Store what a watch delivered."""
         stored = slim(kind, obj)
+        key = _key(kind, stored)
         with self._lock:
-            self._store(_key(kind, stored), stored)
+            self._store(key, stored)
+            if key in self._behind and self._behind[key] == _version(stored):
+                del self._behind[key]
 
     def is_echo(self, kind: str, obj: Any) -> bool:
         """Whether ``obj`` is the version a request of this process last returned: its event
@@ -157,6 +164,7 @@ class ObjectCache:
             if current is not None and _uid(current) == _uid(obj):
                 self._store(key, None)
                 self._own.pop(key, None)
+            self._behind.pop(key, None)
 
     # -- fed by this process's own requests ------------------------------------------------
 
@@ -178,10 +186,52 @@ class ObjectCache:
             self._own[key] = _version(stored)
             self._store(key, stored)
 
-    def wrote(self, kind: str, namespace: str, name: str, version: str) -> None:
-        """A write of this process left the object at ``version`` (its event is an echo)."""
+    def wrote(self, kind: str, namespace: str, name: str, version: str | None) -> None:
+        """This process wrote the object to ``version`` (None: a write was refused because the
+        object had moved on to a version not known here): the cached copy is behind."""
         with self._lock:
-            self._own[(kind, namespace, name)] = version
+            self._behind[(kind, namespace, name)] = version
+            if version is not None:
+                self._own[(kind, namespace, name)] = version
+
+    def read(self, kind: str, obj: dict[str, Any]) -> None:
+        """A fresh read of the object: it replaces a cached copy of the same version (a watch
+        may have sent that version pruned), which has then caught up."""
+        stored = slim(kind, obj)
+        key = _key(kind, stored)
+        with self._lock:
+            if _version(self._objects.get(key)) == _version(stored):
+                self._store(key, stored)
+                self._behind.pop(key, None)
+
+    def is_behind(self, kind: str, namespace: str, name: str) -> bool:
+        """Whether a pass must read the object from the API server rather than from here."""
+        with self._lock:
+            return ((kind, namespace, name) in self._behind
+                    or (kind == KIND and self._clock() < self._runs_distrusted_until))
+
+    def distrust_runs(self, seconds: float) -> None:
+        """For ``seconds`` every run is behind (its schema changed: what watches sent of it
+        meanwhile may be pruned)."""
+        with self._lock:
+            self._runs_distrusted_until = max(self._runs_distrusted_until,
+                                              self._clock() + seconds)
+
+    def replace_runs(self, listed: list[dict[str, Any]], since: float) -> None:
+        """A listing of every run, begun at ``since``, replaces the cached runs: each listed
+        one is stored as listed; one stored before ``since`` and not listed is gone."""
+        with self._lock:
+            names = set()
+            for obj in listed:
+                stored = slim(KIND, obj)
+                key = _key(KIND, stored)
+                names.add(key)
+                if self._stored_at.get(key, since) <= since:
+                    self._store(key, stored)
+            for key in [k for k in self._objects if k[0] == KIND and k not in names]:
+                if self._stored_at[key] < since:
+                    self._store(key, None)
+                    self._behind.pop(key, None)
 
     # -- the periodic listing --------------------------------------------------------------
 
@@ -224,6 +274,7 @@ class ObjectCache:
                     for name in self._by_run.get((kind, namespace, run), ())]:
                 self._store(key, None)
                 self._own.pop(key, None)
+                self._behind.pop(key, None)
 
     def __len__(self) -> int:
         with self._lock:

@@ -1,4 +1,4 @@
-"""The reconcile loop: take a run from the work queue, read it, observe its children (from the
+"""The reconcile loop: take a run from the work queue, observe it and its children (from the
 watch-fed cache), decide (``reconcile.decide``, pure), record the status, then act."""
 
 from __future__ import annotations
@@ -42,9 +42,14 @@ _EXPECTED_ERRORS = (ApiException, ChildConflict, StatusUnreadable, SpecInvalid)
 
 Key = tuple[str, str]  # (namespace, name)
 # After a status write that asked for no requeue, the run is looked at once more (decide may go
-# on from what it just wrote, and its write's echo wakes nothing): after a second, so that the
-# events of the pass's own creates fold into that one pass.
+# on from what it just wrote, and its write's echo wakes nothing): after a second, long enough
+# for that echo to reach the cache (the pass then reads no run by request).
 SETTLE_SECONDS = 1.0
+# How long after a change of the GRPORun CRD a watch may still send runs pruned by the old
+# schema: the API server keeps the old storage until its requests have drained, at least 1 s
+# and at most twice its request timeout (60 s by default; measured here: the old watch ended
+# 1.2 s after the change, its last event pruned and not sent again).
+SCHEMA_CHANGE_SECONDS = 120.0
 
 
 def _now() -> datetime.datetime:
@@ -72,6 +77,7 @@ class Controller:
         self.sweep_seconds = sweep_seconds
         self.namespaces = namespaces  # served (none: all), what a sweep lists
         self._stopped = threading.Event()
+        self._refresh: threading.Timer | None = None  # the runs' listing after a CRD change
         if sweep_seconds:
             self._threads.append(threading.Thread(target=self._sweep_every, name="sweep",
                                                   daemon=True))
@@ -88,6 +94,8 @@ class Controller:
 
     def stop(self) -> None:
         self._stopped.set()
+        if self._refresh is not None:
+            self._refresh.cancel()
         self.queue.close()
         for t in self._threads:
             if t.ident is not None:  # a follower's workers never started
@@ -138,6 +146,38 @@ class Controller:
         # yet (its own event will queue it).
         if run and self.kube.cache.get(KIND, meta["namespace"], run) is not None:
             self.enqueue(meta["namespace"], run)
+
+    def crd_changed(self) -> None:
+        """The GRPORun CRD's schema changed: for ``SCHEMA_CHANGE_SECONDS`` the API server may
+        still serve watches from the old schema's storage, whose events are pruned by it and
+        are not sent again. Passes meanwhile read their runs from the API server; then every
+        run is listed anew and looked at once more."""
+        log.info("the GRPORun CRD changed: runs are read from the API server for %.0f s",
+                 SCHEMA_CHANGE_SECONDS)
+        self.kube.cache.distrust_runs(SCHEMA_CHANGE_SECONDS)
+        if self._refresh is not None:
+            self._refresh.cancel()  # the window starts again: so does its end
+        self._refresh = threading.Timer(SCHEMA_CHANGE_SECONDS, self.refresh_runs)
+        self._refresh.daemon = True
+        self._refresh.start()
+
+    def refresh_runs(self) -> None:
+        """List every run, replace the cached copies and queue each run."""
+        cache = self.kube.cache
+        try:
+            since = cache.now()
+            listed = [run for namespace in self.namespaces or (None,)
+                      for run in self.kube.list_runs(namespace)]
+        except Exception as error:  # noqa: BLE001 - runs are read from the API server meanwhile
+            log.warning("listing the runs failed (tried again in %.0f s): %s",
+                        SCHEMA_CHANGE_SECONDS, error)
+            self.crd_changed()
+            return
+        finally:
+            self.kube.take_request_count()  # not any run's cost
+        cache.replace_runs(listed, since)
+        for run in listed:
+            self.enqueue(run["metadata"]["namespace"], run["metadata"]["name"])
 
     def sweep(self) -> int:
         """Check the children's cache against a listing of each watched kind: what went while

@@ -87,9 +87,10 @@ def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 class Kube:
-    """Reads of children from the watch-fed cache, idempotent creates, deletes, status patches
-    and Events. Reads that go to the API server: the run (once per pass), a child's name found
-    taken at create, the user's PersistentVolumeClaims at acceptance, the periodic listing."""
+    """Reads from the watch-fed cache, idempotent creates, deletes, status patches and Events.
+    Reads that go to the API server are the exceptions: a run the cache is behind on, a child's
+    name found taken at create, the user's PersistentVolumeClaims at acceptance, the periodic
+    listings."""
 
     def __init__(self, api: client.ApiClient, cache: ObjectCache):
         self.api = api
@@ -122,7 +123,11 @@ class Kube:
     # -- runs --------------------------------------------------------------------------------
 
     def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The run as stored (never from a watch: the pass's status write rests on it)."""
+        """The run as the cache holds it, or as stored when the cache is behind on it or does
+        not hold it (gone, or never seen)."""
+        cached = self.cache.get(KIND, namespace, name)
+        if cached is not None and not self.cache.is_behind(KIND, namespace, name):
+            return cached
         self._count(read=True)
         try:
             body = self.custom.get_namespaced_custom_object(
@@ -131,8 +136,17 @@ class Kube:
             if _absent(e):
                 return None
             raise
-        self.cache.created(KIND, body)
+        if cached is None:
+            self.cache.created(KIND, body)
+        else:
+            self.cache.read(KIND, body)
         return body
+
+    def list_runs(self, namespace: str | None) -> list[dict[str, Any]]:
+        """Every run in ``namespace`` (None: in all), whole."""
+        self._count(read=True)
+        return self.dynamic.resources.get(api_version=API_VERSION, kind=KIND).get(
+            namespace=namespace, _request_timeout=REQUEST_TIMEOUT).to_dict()["items"]
 
     # -- children ----------------------------------------------------------------------------
 
@@ -284,6 +298,7 @@ class Kube:
                 _request_timeout=REQUEST_TIMEOUT)
         except ApiException as e:
             if e.status == 409:
+                self.cache.wrote(KIND, namespace, name, None)
                 raise StaleStatus(f"{namespace}/{name} is no longer at resourceVersion "
                                   f"{resource_version}") from None
             raise

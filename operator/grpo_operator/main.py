@@ -17,6 +17,7 @@ from kubernetes import client, config
 
 from grpo_operator import settings as operator_settings
 from grpo_operator.api.constants import (
+    CRD_NAME,
     FINALIZER,
     GROUP,
     KOPF_ANNOTATIONS_PREFIX,
@@ -113,6 +114,17 @@ def cleanup(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def on_event(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     memo.controller.run_event(event["type"], event["object"])
+
+
+@kopf.on.event("apiextensions.k8s.io", "v1", "customresourcedefinitions", id="crd",
+               field="metadata.name", value=CRD_NAME)
+async def on_crd_event(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    """A new generation of the GRPORun CRD (its schema changed; the first listing only says
+    which generation is served)."""
+    generation = event["object"]["metadata"].get("generation")
+    seen, memo.crd_generation = memo.get("crd_generation"), generation
+    if event["type"] == "MODIFIED" and seen is not None and generation != seen:
+        memo.controller.crd_changed()
 
 
 def _watch_children(kind: CachedKind) -> None:

@@ -16,6 +16,14 @@ def obj(kind: str, name: str, *, uid: str = "u1", version: str = "1", run: str |
             **fields}
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
 def test_only_what_a_pass_reads_is_kept():
     containers = [{"name": "ray", "image": "i", "env": [{"name": "A", "value": "1"}],
                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
@@ -25,9 +33,9 @@ def test_only_what_a_pass_reads_is_kept():
     assert pod["metadata"]["labels"] == {LABEL_RUN: "r"}
     assert pod["apiVersion"] == "v1" and pod["status"] == {"phase": "Running"}
     assert pod["spec"] == {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
-    run = slim(KIND, obj(KIND, "r", spec={"a": 1}, status={"phase": "Running"}))
-    assert "spec" not in run and "status" not in run  # a pass reads its run from the server
-    assert run["metadata"]["resourceVersion"] == "1" and "managedFields" not in run["metadata"]
+    run = slim(KIND, obj(KIND, "r", spec={"a": 1}))
+    assert run["spec"] == {"a": 1} and "managedFields" not in run["metadata"]
+    assert run["metadata"]["resourceVersion"] == "1"
     secret = slim("Secret", obj("Secret", "s", data={"token": "c2VjcmV0"}))
     assert "data" not in secret  # a Secret's values never stay in the operator's memory
     assert slim("ConfigMap", obj("ConfigMap", "c", data={"k": "v"}))["data"] == {"k": "v"}
@@ -64,13 +72,62 @@ def test_a_create_answer_never_replaces_what_the_watch_delivered_since():
     assert cache.get("RayCluster", "ns", "c")["metadata"]["resourceVersion"] == "7"
 
 
-def test_the_event_of_its_own_status_write_is_an_echo():
+def test_a_run_is_behind_from_its_write_until_that_writes_echo():
     cache = ObjectCache()
     cache.put(KIND, obj(KIND, "r", version="1"))
     cache.wrote(KIND, "ns", "r", "3")
-    assert not cache.is_echo(KIND, obj(KIND, "r", version="2"))  # an older event, in order
-    assert cache.is_echo(KIND, obj(KIND, "r", version="3"))
+    assert cache.is_behind(KIND, "ns", "r")
+    cache.put(KIND, older := obj(KIND, "r", version="2"))  # an older event, in order
+    assert cache.is_behind(KIND, "ns", "r") and not cache.is_echo(KIND, older)
+    cache.put(KIND, echo := obj(KIND, "r", version="3"))
+    assert not cache.is_behind(KIND, "ns", "r")  # caught up
+    assert cache.is_echo(KIND, echo)
     assert not cache.is_echo(KIND, obj(KIND, "r", version="4"))  # someone else's write
+
+
+def test_a_refused_write_leaves_the_run_behind_until_a_read_agrees_with_the_cache():
+    cache = ObjectCache()
+    cache.put(KIND, obj(KIND, "r", version="4"))
+    cache.wrote(KIND, "ns", "r", None)  # refused: stored is newer than 4, which is not known
+    cache.read(KIND, obj(KIND, "r", version="6"))
+    assert cache.is_behind(KIND, "ns", "r")  # the cache still has 4
+    cache.put(KIND, obj(KIND, "r", version="6"))
+    assert not cache.is_echo(KIND, obj(KIND, "r", version="6"))  # not a write of ours
+    cache.read(KIND, obj(KIND, "r", version="6"))
+    assert not cache.is_behind(KIND, "ns", "r")
+
+
+def test_while_the_schema_changes_runs_are_behind_and_a_read_replaces_a_pruned_copy():
+    clock = Clock()
+    cache = ObjectCache(clock)
+    cache.put(KIND, obj(KIND, "r", version="7", status={"phase": "Running"}))  # pruned
+    cache.distrust_runs(120)
+    assert cache.is_behind(KIND, "ns", "r") and cache.is_behind(KIND, "ns", "other")
+    assert not cache.is_behind("Job", "ns", "r")
+    cache.read(KIND, obj(KIND, "r", version="7", status={"phase": "Running",
+                                                         "fromNewer": "x"}))
+    assert cache.get(KIND, "ns", "r")["status"]["fromNewer"] == "x"
+    assert cache.is_behind(KIND, "ns", "r")  # until the window ends
+    clock.t = 121
+    assert not cache.is_behind(KIND, "ns", "r")
+
+
+def test_a_listing_of_the_runs_replaces_them_and_drops_the_unlisted():
+    clock = Clock()
+    cache = ObjectCache(clock)
+    cache.put(KIND, obj(KIND, "pruned", version="7", status={}))
+    cache.put(KIND, obj(KIND, "gone", version="3"))
+    clock.t = 10
+    since = cache.now()
+    clock.t = 11
+    cache.put(KIND, obj(KIND, "new", version="9"))  # after the listing began: kept
+    cache.put(KIND, obj(KIND, "moved-on", version="12"))
+    cache.replace_runs([obj(KIND, "pruned", version="7", status={"fromNewer": "x"}),
+                        obj(KIND, "moved-on", version="11")], since)
+    assert cache.get(KIND, "ns", "pruned")["status"] == {"fromNewer": "x"}
+    assert cache.get(KIND, "ns", "gone") is None
+    assert cache.get(KIND, "ns", "new") is not None
+    assert cache.get(KIND, "ns", "moved-on")["metadata"]["resourceVersion"] == "12"
 
 
 def test_the_event_of_its_own_create_is_an_echo():
@@ -80,14 +137,6 @@ def test_the_event_of_its_own_create_is_an_echo():
     assert cache.is_echo("Job", made)
     assert not cache.is_echo("Job", obj("Job", "j", version="6"))  # the Job controller's
     assert not cache.is_echo("Job", obj("Job", "k", version="5"))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def test_a_sweep_drops_what_its_listing_lacks_unless_stored_after_the_listing_began():

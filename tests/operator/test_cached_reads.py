@@ -1,5 +1,5 @@
-"""Against the real API server: once the cache holds a run's children, a pass reads its run
-and nothing else — it writes only what changed; a sweep finds what went unseen."""
+"""Against the real API server: once the cache holds a run and its children, a pass reads
+nothing from the API server — it writes only what changed; a sweep finds what went unseen."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from kubernetes import dynamic
 
 from grpo_operator.acceptance import Confinement
-from grpo_operator.api.constants import LABEL_RUN
+from grpo_operator.api.constants import KIND, LABEL_RUN
 from grpo_operator.cache import CHILD_KINDS, RUN_KIND, ObjectCache
 from grpo_operator.controller import Controller
 from grpo_operator.kube import Kube
@@ -36,27 +36,30 @@ def _controller(k8s_api, tmp_path) -> Controller:
     return Controller(Kube(k8s_api, ObjectCache()), policy=policy, signing_key=b"k" * 32)
 
 
-def test_a_pass_over_cached_children_reads_only_its_run(k8s_api, grporun_crd, namespace,
-                                                       tmp_path, request):
+def test_a_pass_over_a_cached_run_and_children_reads_nothing(k8s_api, grporun_crd, namespace,
+                                                              tmp_path, request):
     running = running_session_operator(request)
     with running.paused() if running else contextlib.nullcontext():
         runs = Runs(k8s_api, namespace)
         runs.create(manifest("cached", str(tmp_path)))
         controller = _controller(k8s_api, tmp_path)
-        kube = controller.kube
+        kube, cache = controller.kube, controller.kube.cache
 
-        deliver(kube.cache, k8s_api, namespace)
+        deliver(cache, k8s_api, namespace)
         controller.reconcile(namespace, "cached")  # accepts it and makes its children
         first, first_reads = kube.take_request_count()
         assert runs.status("cached")["children"]["rayCluster"] == "cached"
-        assert first_reads == 1
+        assert first_reads == 0
+        assert cache.is_behind(KIND, namespace, "cached")  # its own write, not yet delivered
 
+        deliver(cache, k8s_api, namespace)
+        assert not cache.is_behind(KIND, namespace, "cached")  # the echo arrived
         for _ in range(2):
-            deliver(kube.cache, k8s_api, namespace)
             controller.reconcile(namespace, "cached")
             requests, reads = kube.take_request_count()
-            assert reads == 1, f"{reads} reads in a pass over cached children"
-        assert requests <= 2  # the run's read and a status write at most: no create
+            assert reads == 0, f"{reads} reads in a pass over cached children"
+            deliver(cache, k8s_api, namespace)
+        assert requests <= 1  # a status write at most, no create of what is there
         assert first > requests
 
 

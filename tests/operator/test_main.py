@@ -1,11 +1,15 @@
 """Watch events reach the cache and wake the right run (a real cache and work queue; no
-request is made)."""
+request is made); a new schema makes runs read from the API server."""
 
 from __future__ import annotations
 
+import asyncio
+
+import kopf
 from kubernetes import client
 
-from grpo_operator.api.constants import KIND, LABEL_RUN
+from grpo_operator import main
+from grpo_operator.api.constants import CRD_NAME, KIND, LABEL_RUN
 from grpo_operator.cache import ObjectCache
 from grpo_operator.controller import Controller
 from grpo_operator.kube import Kube
@@ -62,3 +66,21 @@ def test_a_deleted_run_is_forgotten_with_its_remembered_children():
     assert queued(c) == []
     assert c.kube.cache.get(KIND, "team-a", "r") is None
     assert c.kube.cache.get("Secret", "team-a", "r-ray-auth") is None
+
+
+def test_a_new_generation_of_the_crd_makes_passes_read_their_runs_from_the_api_server():
+    c = controller()
+    memo = kopf.Memo(controller=c)
+
+    def crd_event(type_: str | None, generation: int) -> None:
+        crd = {"metadata": {"name": CRD_NAME, "generation": generation}}
+        asyncio.run(main.on_crd_event(event={"type": type_, "object": crd}, memo=memo))
+
+    try:
+        crd_event(None, 1)  # the first listing
+        crd_event("MODIFIED", 1)  # its status, not its schema
+        assert not c.kube.cache.is_behind(KIND, "team-a", "r")
+        crd_event("MODIFIED", 2)
+        assert c.kube.cache.is_behind(KIND, "team-a", "r")
+    finally:
+        c.stop()
