@@ -15,7 +15,8 @@ Per run, from its creation (the parent's ADDED watch event): its RayCluster crea
 RayCluster ready (KubeRay's ``state: ready``), and the cluster ready as its controller sees it
 (GRPORun ``ClusterReady=True``; RayJob past ``Initializing``). API requests are counted from
 the audit log by client identity, from the first create until every run is ready; memory is the
-peak RSS of each controller's process tree over the same window.
+peak RSS of each controller's process tree, and the CPU time of the operator, the API server,
+etcd and KubeRay, over the same window.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from localcluster.audit import READS, read_requests_by_user
 from localcluster.nodes import GPU_POOL_LABEL, GPU_TAINT
 from localcluster.operator_process import OperatorProcess
 from localcluster.pki import COMPONENT_USERS
-from localcluster.processes import tree_rss
+from localcluster.processes import cpu_seconds, tree_rss
 
 RUNS = (50, 200, 1000)
 GPUS_PER_NODE = 8  # localcluster.nodes.gpu_node's default
@@ -263,6 +264,7 @@ class Arm:
     requests: Counter[str]
     reads: Counter[str]  # the requests that were gets and lists
     peak_rss: dict[str, int]
+    cpu: dict[str, float]  # CPU seconds used in the window, by process
     seconds: float
     load: float = field(default_factory=lambda: os.getloadavg()[0])  # at the window's end
 
@@ -313,17 +315,29 @@ def operator_identity(cluster: LocalCluster, api: client.ApiClient) -> Path:
                                     user=OPERATOR_USER, token=token)
 
 
+def _pid(cluster: LocalCluster, name: str) -> int:
+    return next(p for p in cluster.supervisor.processes if p.name == name).popen.pid
+
+
 def _kuberay_rss(cluster: LocalCluster) -> Callable[[], int]:
-    kuberay = next(p for p in cluster.supervisor.processes if p.name == "kuberay-operator")
-    return lambda: tree_rss(kuberay.popen.pid)
+    pid = _pid(cluster, "kuberay-operator")
+    return lambda: tree_rss(pid)
+
+
+# Whose CPU time the window's row shows (the machine's other processes share the same cores).
+CPU_OF = ("kube-apiserver", "etcd", "kuberay-operator")
 
 
 def _apply_and_wait(cluster: LocalCluster, api: client.ApiClient, kind: Kind, namespace: str,
                     bodies: list[dict], rss: dict[str, Callable[[], int]],
-                    progress: Callable[[str], None]) -> Arm:
+                    progress: Callable[[str], None], operator_pid: int | None = None) -> Arm:
     """Create ``bodies`` at once; wait until every run's controller has seen its cluster
     ready (or the arm's time is up); measure the window."""
     runs = len(bodies)
+    pids = {name: _pid(cluster, name) for name in CPU_OF}
+    if operator_pid is not None:
+        pids["operator"] = operator_pid
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     with Timeline(api, namespace, kind) as timeline, PeakRss(rss) as peak:
         since = time.time()
         cluster.kubectl("create", "-n", namespace, "-f", "-",
@@ -337,11 +351,12 @@ def _apply_and_wait(cluster: LocalCluster, api: client.ApiClient, kind: Kind, na
                 reported = ready
             time.sleep(0.5)
         until = time.time()
+        cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
     progress(f"  {kind.controller}, N={runs}: {timeline.seen_ready()}/{runs} ready after "
              f"{until - since:.0f}s")
     requests = read_requests_by_user(cluster.audit_log, since, until)
     reads = read_requests_by_user(cluster.audit_log, since, until, READS)
-    return Arm(kind, runs, timeline.times, requests, reads, peak.peak, until - since)
+    return Arm(kind, runs, timeline.times, requests, reads, peak.peak, cpu, until - since)
 
 
 def _delete_namespace(core: client.CoreV1Api, namespace: str) -> None:
@@ -359,7 +374,7 @@ def grporuns_arm(cluster: LocalCluster, api: client.ApiClient, kubeconfig: Path,
                          env=inputs.operator_settings(inputs.host_root(bodies[0]))) as operator:
         arm = _apply_and_wait(cluster, api, GRPORUNS, namespace, bodies,
                               {"operator": operator.rss, "kuberay": _kuberay_rss(cluster)},
-                              progress)
+                              progress, operator_pid=operator.proc.pid)
     _delete_namespace(core, namespace)
     return arm
 
@@ -423,11 +438,15 @@ def section(arms: list[Arm]) -> str:
             if arm.kind is GRPORUNS else MISSING,
             report.number(arm.requests[KUBERAY_USER] / arm.runs),
             _mib(arm.peak_rss.get("operator")), _mib(arm.peak_rss.get("kuberay")),
+            *(report.number(arm.cpu[name], 0) if name in arm.cpu else MISSING
+              for name in ("operator", *CPU_OF)),
             report.number(arm.seconds, 0), report.number(arm.load, 1),
         ])
     header = ["N", "controller", "ready", *(f"{label} p50 / p95 (s)" for _, label in MILESTONES),
               "requests/run: operator", "of which reads", "requests/run: KubeRay",
-              "peak RSS operator (MiB)", "peak RSS KubeRay (MiB)", "window (s)", "load (1 min)"]
+              "peak RSS operator (MiB)", "peak RSS KubeRay (MiB)",
+              "CPU s: operator", "CPU s: API server", "CPU s: etcd", "CPU s: KubeRay",
+              "window (s)", "load (1 min)"]
     ratios = []
     by_n: dict[int, dict[str, Arm]] = {}
     for arm in arms:
@@ -459,7 +478,8 @@ def section(arms: list[Arm]) -> str:
         "Requests: the API server's audit log, by client identity, from the first create until "
         "every run is ready (KubeRay reconciles the RayClusters of both arms); reads are its "
         "gets and lists (watches are per process, not per run). Peak RSS of "
-        "each controller's process tree over the same window.",
+        "each controller's process tree, and CPU seconds of the operator, the API server, etcd "
+        "and KubeRay, over the same window (all share the machine's cores).",
         markdown_table(header, rows),
         "\n".join(ratios),
     ]).strip()

@@ -44,6 +44,16 @@ def tree_rss(pid: int) -> int:
     return total * os.sysconf("SC_PAGE_SIZE")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time ``pid`` has used so far, in seconds (0 once it is gone)."""
+    try:
+        fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # utime and stime: the 14th and 15th fields, the 12th and 13th after the command name.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     """A loopback port that was free a moment ago (the kernel's choice for port 0)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -72,27 +72,29 @@ def test_durations_count_from_creation_and_skip_what_was_not_reached():
     assert bench.durations(times, "seen_ready") == [3]
 
 
-def _arm(kind, runs, ready_after, requests, rss, reads=None):
+def _arm(kind, runs, ready_after, requests, rss, reads=None, cpu=None):
     times = {f"r{i}": bench.Times(created=0.0, cluster_created=ready_after / 2,
                                   cluster_ready=ready_after, seen_ready=ready_after)
              for i in range(runs)}
     return bench.Arm(kind, runs, times, Counter(requests), Counter(reads or {}), rss,
-                     seconds=30, load=1.5)
+                     cpu or {}, seconds=30, load=1.5)
 
 
 def test_the_section_tabulates_both_arms_and_their_ratios():
     arms = [
         _arm(bench.GRPORUNS, 4, 3.0, {bench.OPERATOR_USER: 40, bench.KUBERAY_USER: 20},
-             {"operator": 100 * 2**20, "kuberay": 50 * 2**20}, {bench.OPERATOR_USER: 2}),
-        _arm(bench.RAYJOBS, 4, 2.0, {bench.KUBERAY_USER: 30}, {"kuberay": 60 * 2**20}),
+             {"operator": 100 * 2**20, "kuberay": 50 * 2**20}, {bench.OPERATOR_USER: 2},
+             {"operator": 12.0, "kube-apiserver": 20.4, "etcd": 3.0, "kuberay-operator": 5.0}),
+        _arm(bench.RAYJOBS, 4, 2.0, {bench.KUBERAY_USER: 30}, {"kuberay": 60 * 2**20},
+             cpu={"kube-apiserver": 10.0, "etcd": 2.0, "kuberay-operator": 6.0}),
     ]
     text = bench.section(arms)
     rows = [line for line in text.splitlines() if line.startswith("| 4 ")]
     assert rows == [
         "| 4 | grpo-operator | 4/4 | 1.5 / 1.5 | 3.0 / 3.0 | 3.0 / 3.0 | 10.0 | 0.5 | 5.0 | 100 "
-        "| 50 | 30 | 1.5 |",
+        "| 50 | 12 | 20 | 3 | 5 | 30 | 1.5 |",
         "| 4 | KubeRay RayJob | 4/4 | 1.0 / 1.0 | 2.0 / 2.0 | 2.0 / 2.0 | – | – | 7.5 | – "
-        "| 60 | 30 | 1.5 |",
+        "| 60 | – | 10 | 2 | 6 | 30 | 1.5 |",
     ]
     assert ("- N=4, GRPORun ÷ RayJob: ready seen by the controller p50 1.50×, p95 1.50×; "
             "API requests per run (operator + KubeRay vs KubeRay) 2.00×") in text
