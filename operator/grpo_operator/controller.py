@@ -349,8 +349,9 @@ class Controller:
                     attempt=attempt, resume=ResumeMode.NONE if attempt == 1 else ResumeMode.LATEST,
                     report_config_map=ChildNames(run.name).report_config_map,
                 )
-                # What the Ray pods need, at once, then the cluster (the policy before it: its
-                # pods are never open to all).
+                # What the Ray pods need first (the policy before the cluster: its pods are
+                # never open to all), then the cluster with what only the driver needs, made
+                # while KubeRay starts the pods; each group at once.
                 k.concurrently(
                     partial(k.create_if_absent, identity.service_account(run)),
                     partial(k.create_if_absent, identity.auth_secret(
@@ -358,16 +359,12 @@ class Controller:
                     partial(k.ensure_config_map, configmaps.run_config_map(run, config)),
                     partial(k.create_if_absent, network_policy(run)),
                 )
-                k.create_if_absent(ray_cluster(spec, run))
-            elif action == Action.ENSURE_DRIVER_JOB:
-                # What only the driver needs, at once, then its Job: made once the cluster is
-                # ready, so that many runs starting together do not load the API server with
-                # them while KubeRay brings their pods up.
                 k.concurrently(*(partial(k.create_if_absent, obj) for obj in (
-                    identity.role(run), identity.role_binding(run),
+                    ray_cluster(spec, run), identity.role(run), identity.role_binding(run),
                     identity.report_key_secret(run, run_report_key(self.signing_key, run.uid)),
                     configmaps.report_config_map(run),
                 )))
+            elif action == Action.ENSURE_DRIVER_JOB:
                 k.create_if_absent(driver_job(spec, run, attempt))
             elif action == Action.DELETE_RAY_CLUSTER:
                 # Foreground: the RayCluster stays (Deleting) until its pods are gone. The next

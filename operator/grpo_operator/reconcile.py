@@ -92,9 +92,7 @@ class Policy:
 
 
 class Action(StrEnum):
-    # The Ray pods' identity, auth Secret, run config and NetworkPolicy, then the RayCluster.
-    ENSURE_RUN_CHILDREN = "EnsureRunChildren"
-    # The driver's Role, RoleBinding, report key and report ConfigMap, then its Job.
+    ENSURE_RUN_CHILDREN = "EnsureRunChildren"  # identity, auth Secret, ConfigMaps, RayCluster
     ENSURE_DRIVER_JOB = "EnsureDriverJob"
     DELETE_RAY_CLUSTER = "DeleteRayCluster"
     DELETE_RUN = "DeleteRun"  # ttlSecondsAfterFinished
@@ -647,7 +645,7 @@ def decide(o: Observed) -> Decision:
 
     # Running: mirror the trainer's report, and act on the driver's end or a lost cluster.
     if o.report_map_missing:  # made again, or the driver's reports have nowhere to go
-        d.actions.append(Action.ENSURE_DRIVER_JOB)
+        d.actions.append(Action.ENSURE_RUN_CHILDREN)
         d.events.append(Event("Warning", "ChildMissing",
                               "the report ConfigMap was deleted: making it again"))
     report = _read_and_mirror(d, o)
