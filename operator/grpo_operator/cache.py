@@ -68,7 +68,10 @@ RUN_KIND = CachedKind(GROUP, VERSION, PLURAL, KIND, {"spec": None, "status": Non
 # metadata (a pass asks only whether they exist and who controls them).
 CHILD_KINDS = (
     CachedKind("ray.io", "v1", "rayclusters", "RayCluster",
-               {"metadata": _CHILD_META, "spec": {"suspend": None}, "status": None}),
+               {"metadata": _CHILD_META, "status": None, "spec": {
+                   "suspend": None,
+                   # Whether its pods carry the run's label (and so are in this cache).
+                   "headGroupSpec": {"template": {"metadata": {"labels": None}}}}}),
     CachedKind("batch", "v1", "jobs", "Job", {"metadata": _CHILD_META, "status": None}),
     CachedKind("", "v1", "pods", "Pod", {
         "metadata": _CHILD_META, "status": None,

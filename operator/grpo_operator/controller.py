@@ -305,8 +305,13 @@ class Controller:
         cluster_pods = None
         if rc is not None:
             # KubeRay controls the pods it makes for the cluster.
-            cluster_pods = k.pods(run, {RAY_CLUSTER_LABEL: names.ray_cluster},
-                                  rc["metadata"]["uid"])
+            template = rc.get("spec", {}).get("headGroupSpec", {}).get("template", {})
+            if LABEL_RUN in (template.get("metadata") or {}).get("labels", {}):
+                cluster_pods = k.pods(run, {RAY_CLUSTER_LABEL: names.ray_cluster},
+                                      rc["metadata"]["uid"])
+            else:  # made before its pods were labelled: they are not in the cache
+                cluster_pods = k.list_pods(run, f"{RAY_CLUSTER_LABEL}={names.ray_cluster}",
+                                           rc["metadata"]["uid"])
         if rc is not None and spec.resources.gpus_per_worker and due:
             gpu_pods = cluster_pods
         return Observed(name=run.name, generation=meta.get("generation", 0), spec=spec,

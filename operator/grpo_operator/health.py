@@ -1,7 +1,9 @@
 """Reading the children's state: the RayCluster's health and the driver Job's end. Pure.
 
 KubeRay's ``status.state: ready`` is sticky (it never goes back once reached) and cannot tell
-a lost cluster, so health comes from the HeadPodReady condition and the ready worker count.
+a lost cluster, so health comes from the HeadPodReady condition and the ready worker count;
+and since KubeRay writes those a while after its pods change, from the head pod itself when
+the pass has the cluster's pods (a head just deleted is not one to start an attempt on).
 Whether a cluster has ever been ready comes from KubeRay's RayClusterProvisioned condition,
 which is set True once all pods are first ready and then never changes.
 """
@@ -28,16 +30,27 @@ def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
-def cluster_health(ray_cluster: dict[str, Any] | None, workers: int) -> ClusterHealth:
+def cluster_health(ray_cluster: dict[str, Any] | None, workers: int,
+                   pods: list[dict[str, Any]] | None = None) -> ClusterHealth:
+    """``pods``: the cluster's pods (those KubeRay controls for it), None if not read."""
     if ray_cluster is None:
         return ClusterHealth.ABSENT
     if ray_cluster["metadata"].get("deletionTimestamp"):
         return ClusterHealth.DELETING
     head = _condition(ray_cluster, "HeadPodReady")
     ready_workers = (ray_cluster.get("status") or {}).get("readyWorkerReplicas") or 0
-    if head and head.get("status") == "True" and ready_workers >= workers:
+    if (head and head.get("status") == "True" and ready_workers >= workers
+            and (pods is None or any(_ready_head(p) for p in pods))):
         return ClusterHealth.HEALTHY
     return ClusterHealth.PROVISIONING
+
+
+def _ready_head(pod: dict[str, Any]) -> bool:
+    meta, status = pod["metadata"], pod.get("status") or {}
+    return ((meta.get("labels") or {}).get("ray.io/node-type") == "head"
+            and not meta.get("deletionTimestamp") and status.get("phase") == "Running"
+            and any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in status.get("conditions") or []))
 
 
 def provisioned_at(ray_cluster: dict[str, Any] | None) -> datetime.datetime | None:

@@ -176,6 +176,16 @@ class Kube:
                 if labels.items() <= (p["metadata"].get("labels") or {}).items()
                 and (controller_uid is None or controlled_by(p, controller_uid))]
 
+    def list_pods(self, run: RunRef, selector: str, controller_uid: str,
+                  ) -> list[dict[str, Any]]:
+        """Pods by label from the API server, not the cache: for a RayCluster made before its
+        pods were labelled with their run (an operator upgraded under a running run)."""
+        self._count(read=True)
+        pods = self.core.list_namespaced_pod(run.namespace, label_selector=selector,
+                                             _request_timeout=REQUEST_TIMEOUT)
+        return [p for p in (self.api.sanitize_for_serialization(p) for p in pods.items)
+                if controlled_by(p, controller_uid)]
+
     def list_labelled(self, kind: CachedKind, namespace: str | None,
                       ) -> set[tuple[str, str, str]]:
         """Namespace, name and uid of every object of ``kind`` labelled ``grpo.dev/run`` in

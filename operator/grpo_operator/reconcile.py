@@ -591,7 +591,7 @@ def decide(o: Observed) -> Decision:
     if s.phase in (None, Phase.PENDING) and not _accept(d, o):
         return d
 
-    health = cluster_health(o.ray_cluster, o.spec.resources.workers)
+    health = cluster_health(o.ray_cluster, o.spec.resources.workers, o.cluster_pods)
     stuck = pod_problem(o.cluster_pods or []) if health != ClusterHealth.HEALTHY else None
     _condition(d, o, ConditionType.CLUSTER_READY, health == ClusterHealth.HEALTHY, str(health),
                stuck or "")

@@ -88,3 +88,28 @@ def test_a_sweep_drops_a_child_deleted_unseen_and_wakes_its_run(k8s_api, grporun
         assert controller.queue.get(timeout=0) == (namespace, "unseen")
         controller.reconcile(namespace, "unseen")
         assert policies.get(name="unseen-ray-ingress", namespace=namespace)  # made again
+
+
+def test_a_cluster_made_before_its_pods_were_labelled_has_its_pods_listed(
+        k8s_api, grporun_crd, namespace, tmp_path, request):
+    """An operator upgraded under a running run: that run's Ray pods lack the run's label, so
+    they are not in the cache; the pass lists them from the API server."""
+    running = running_session_operator(request)
+    with running.paused() if running else contextlib.nullcontext():
+        runs = Runs(k8s_api, namespace)
+        runs.create(manifest("older", str(tmp_path), resources__gpusPerWorker=16))
+        controller = _controller(k8s_api, tmp_path)
+        kube, cache = controller.kube, controller.kube.cache
+        deliver(cache, k8s_api, namespace)
+        controller.reconcile(namespace, "older")
+        deliver(cache, k8s_api, namespace)
+        controller.reconcile(namespace, "older")
+        deliver(cache, k8s_api, namespace)
+        kube.take_request_count()
+        controller.reconcile(namespace, "older")
+        assert kube.take_request_count()[1] == 0  # labelled: its pods come from the cache
+
+        rc = cache.get("RayCluster", namespace, "older")
+        del rc["spec"]["headGroupSpec"]["template"]["metadata"]["labels"][LABEL_RUN]
+        controller.reconcile(namespace, "older")
+        assert kube.take_request_count()[1] == 1  # the pods' listing
