@@ -109,6 +109,7 @@ def test_a_cluster_made_before_its_pods_were_labelled_has_its_pods_listed(
         controller.reconcile(namespace, "older")
         assert kube.take_request_count()[1] == 0  # labelled: its pods come from the cache
 
+        deliver(cache, k8s_api, namespace)  # the last pass's own status write, if it made one
         rc = cache.get("RayCluster", namespace, "older")
         del rc["spec"]["headGroupSpec"]["template"]["metadata"]["labels"][LABEL_RUN]
         controller.reconcile(namespace, "older")
