@@ -29,8 +29,8 @@ REQUEST_TIMEOUT = (5, 30)
 # Creates of one child tried in a pass while its name is held at the create and free at the
 # read (someone deleting it meanwhile).
 CREATE_ATTEMPTS = 3
-# Threads making the children of every pass at once (ensure_all); the API client's connection
-# pool must hold them besides the reconcile workers' own.
+# Threads making the children of every pass at once (``Kube.concurrently``); the API client's
+# connection pool must hold them besides the reconcile workers' own.
 CREATE_THREADS = 8
 # Objects per page of a sweep's listing (the API server's memory per request stays bounded).
 LIST_PAGE = 500
