@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, the KubeRay
-# operator and helm from Go modules into a cache directory keyed by the pins. Two `go build`s:
-# everything on the Kubernetes 1.36 libraries in one module, and KubeRay in a module of its own,
+# operator, helm and kstatus (hack/kstatus: cli-utils' status library as a command) from Go
+# modules into a cache directory keyed by the pins. Two `go build`s: everything on the
+# Kubernetes 1.36 libraries in one module, and KubeRay in a module of its own,
 # because the proxy refuses KubeRay v1.7.0's source (403) and v1.6.1 is built against
 # controller-runtime 0.22 / client-go 0.35, which cannot share a module with 0.36.
 # Prints the binary directory on stdout (progress goes to stderr). A second run is a cache hit.
@@ -15,10 +16,11 @@ log() { echo "[controlplane] $*" >&2; }
 
 command -v go >/dev/null 2>&1 || { log "Go is not installed: install Go >= 1.26 to build the control plane."; exit 1; }
 
-key="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_kuberay-${KUBERAY_VERSION}_helm-${HELM_VERSION}"
+kstatus_src="$(sha256sum "$here/kstatus/main.go" | cut -c1-8)"
+key="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_kuberay-${KUBERAY_VERSION}_helm-${HELM_VERSION}_cli-utils-${CLI_UTILS_VERSION}-${kstatus_src}"
 cache_root="${GRPO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/grpo-operator}"
 out="$cache_root/controlplane/$key"
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kuberay-operator helm)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kuberay-operator helm kstatus)
 
 complete() {
   for b in "${binaries[@]}"; do [[ -x "$out/bin/$b" ]] || return 1; done
@@ -60,6 +62,7 @@ log "k8s ${KUBERNETES_VERSION}: ${#staging[@]} staging modules pinned to ${stagi
   echo "  go.etcd.io/etcd/server/v3 ${ETCD_VERSION}"
   echo "  sigs.k8s.io/kwok ${KWOK_VERSION}"
   echo "  helm.sh/helm/v3 ${HELM_VERSION}"
+  echo "  sigs.k8s.io/cli-utils ${CLI_UTILS_VERSION}"
   echo ")"
   echo
   echo "replace ("
@@ -81,6 +84,7 @@ import (
 	_ "sigs.k8s.io/kwok/cmd/kwok"
 )
 GO
+mkdir -p cmd/kstatus && cp "$here/kstatus/main.go" cmd/kstatus/
 log "resolving modules (go mod tidy)"
 GOFLAGS=-tags=tools go mod tidy >&2
 
@@ -97,7 +101,7 @@ ldflags+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=${kv%%.*}"
 ldflags+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(echo "$kv" | cut -d. -f2)"
 
 mkdir -p bin
-log "go build 1/2: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm"
+log "go build 1/2: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, helm, kstatus"
 start=$SECONDS
 go build -trimpath -ldflags "$ldflags" -o bin/ \
   k8s.io/kubernetes/cmd/kube-apiserver \
@@ -106,7 +110,8 @@ go build -trimpath -ldflags "$ldflags" -o bin/ \
   k8s.io/kubernetes/cmd/kubectl \
   go.etcd.io/etcd/server/v3 \
   sigs.k8s.io/kwok/cmd/kwok \
-  helm.sh/helm/v3/cmd/helm >&2
+  helm.sh/helm/v3/cmd/helm \
+  ./cmd/kstatus >&2
 mv bin/server bin/etcd  # go names a /vN module's binary after the element before /vN
 log "go build 1/2 took $((SECONDS - start)) s"
 

@@ -3,8 +3,10 @@ seconds; building its binaries, once per machine, costs much more), and fresh na
 
 from __future__ import annotations
 
+import json
+import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from kubernetes import client
@@ -24,6 +26,18 @@ def k8s_api(cluster: LocalCluster):
     api = cluster.api_client()
     yield api
     api.close()
+
+
+@pytest.fixture(scope="session")
+def kstatus(cluster: LocalCluster) -> Callable[[dict], tuple[str, str]]:
+    """(status, message) that kstatus, the library Flux, kpt and cli-utils judge a resource
+    with, computes for an object as read from the API server."""
+    def judge(obj: dict) -> tuple[str, str]:
+        done = subprocess.run([cluster.tools.bin("kstatus")], input=json.dumps([obj]),
+                              capture_output=True, text=True, check=True, timeout=30)
+        result = json.loads(done.stdout)
+        return result["status"], result["message"]
+    return judge
 
 
 def new_namespace(api: client.ApiClient, prefix: str) -> str:

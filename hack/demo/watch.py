@@ -53,8 +53,13 @@ def _line(elapsed: float, status: dict[str, Any]) -> str:
     attempt = (status.get("recovery") or {}).get("attempt") or 0
     if attempt > 1:
         parts.append(f"attempt {attempt}")
+    progress = status.get("progress") or {}
+    if progress.get("activity") and status.get("phase") == "Running":
+        parts.append(f"{progress['activity']:<19}")
     if ledger.get("plannedSteps"):
         parts.append(f"step {ledger.get('completedSteps', 0)}/{ledger['plannedSteps']}")
+    if progress.get("eta"):
+        parts.append(f"eta {progress['eta']}")
     for key, label, fmt in (("rewardMean", "reward", "{:.3f}"), ("kl", "kl", "{:.4f}"),
                             ("tokensPerSecond", "tok/s", "{:.0f}"),
                             ("generatedTokens", "tokens", "{}")):

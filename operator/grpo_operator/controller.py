@@ -24,7 +24,7 @@ from grpo_operator.children.driver_job import driver_job
 from grpo_operator.children.meta import RunRef
 from grpo_operator.children.network_policy import RAY_CLUSTER_LABEL, network_policy
 from grpo_operator.children.raycluster import ray_cluster
-from grpo_operator.conditions import set_condition, set_wire_condition
+from grpo_operator.conditions import set_condition, set_wire_condition, summarize
 from grpo_operator.errors import SpecInvalid, StatusUnreadable, describe, retry_delay
 from grpo_operator.kube import ChildConflict, Kube, StaleStatus, merge_patch
 from grpo_operator.metrics import Metrics
@@ -385,17 +385,21 @@ class Controller:
 
     def _unstalled(self, run: RunRef, observed: Observed, decision: Decision,
                    version: str) -> None:
-        """A whole pass went through (its actions too): Stalled is over. Written only after
-        the actions, or a pass failing in them would flip the condition twice per pass, and
-        each write would wake the run again at once, defeating the backoff."""
-        stalled = decision.status.condition(ConditionType.STALLED)
-        if stalled is None or stalled.status != "True":
+        """A whole pass went through (its actions too): a Stalled its failing passes set is
+        over. Written only after the actions, or a pass failing in them would flip the
+        condition twice per pass, and each write would wake the run again at once, defeating
+        the backoff. (An ended run's Stalled is how it ended: ``decide`` keeps it.)"""
+        status = decision.status
+        stalled = status.condition(ConditionType.STALLED)
+        ended = status.phase is not None and status.phase.is_terminal
+        if stalled is None or stalled.status != "True" or ended:
             return
-        conditions = set_condition(decision.status.conditions, ConditionType.STALLED, False,
-                                   "Reconciled", "the last pass went through",
-                                   generation=observed.generation, now=observed.now)
+        status.conditions = set_condition(status.conditions, ConditionType.STALLED, False,
+                                          "Reconciled", "the last pass went through",
+                                          generation=observed.generation, now=observed.now)
+        summarize(status, generation=observed.generation, now=observed.now)
         self.kube.patch_status(run.namespace, run.name,
-                               {"conditions": [c.to_wire() for c in conditions]}, version)
+                               {"conditions": [c.to_wire() for c in status.conditions]}, version)
 
     def _stalled(self, namespace: str, name: str, error: BaseException) -> None:
         """Say on the run why its pass failed: the Stalled condition (written on the status as
@@ -407,9 +411,12 @@ class Controller:
                 return
             meta, wire = body["metadata"], body.get("status") or {}
             conditions = wire.get("conditions") or []
-            updated = set_wire_condition(conditions, ConditionType.STALLED, True, reason,
-                                         message, generation=meta.get("generation"),
-                                         now=_now())
+            updated = conditions
+            # Reconciling False beside it: kstatus takes the first of the two it finds True.
+            for type_, value in ((ConditionType.STALLED, True),
+                                 (ConditionType.RECONCILING, False)):
+                updated = set_wire_condition(updated, type_, value, reason, message,
+                                             generation=meta.get("generation"), now=_now())
             if updated != conditions:
                 self.kube.patch_status(namespace, name, {"conditions": updated},
                                        meta["resourceVersion"])
@@ -436,6 +443,7 @@ class Controller:
         status.terminal = Terminal(outcome=Outcome.FAILED, reason="InvalidSpec", message=message,
                                    finished_time=now)
         status.completion_time = now
+        summarize(status, generation=generation, now=now)
         decision = Decision(status=status, events=[Event("Warning", "InvalidSpec", message)])
         self._record(run, None, decision, old_wire, meta["resourceVersion"])
         return None

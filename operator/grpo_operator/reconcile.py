@@ -48,7 +48,7 @@ from grpo_operator.api.status import (
     Terminal,
     bounded,
 )
-from grpo_operator.conditions import set_condition
+from grpo_operator.conditions import set_condition, summarize
 from grpo_operator.health import (
     ClusterHealth,
     DriverEnd,
@@ -60,6 +60,7 @@ from grpo_operator.health import (
 )
 from grpo_operator.metering import gpu_seconds_since
 from grpo_operator.naming import ChildNames
+from grpo_operator.progress import at_rest, shown_progress
 
 # How soon to look again, by what the run waits for.
 FAST_REQUEUE_SECONDS = 1.0
@@ -232,6 +233,7 @@ def _mirror(d: Decision, o: Observed, report: Report) -> None:
     s.recovery.resumed_from_step = report.recovery.resumed_from_step
     s.recovery.last_checkpoint = report.recovery.last_checkpoint
     s.recovery.rollout = report.recovery.rollout
+    s.progress = shown_progress(report, s.ledger)
     s.accepted_report = report.cursor
     _budget_remaining(d, o)
 
@@ -283,6 +285,7 @@ def _start_attempt(d: Decision, o: Observed, attempt: int, reason: str) -> None:
         MAX_HISTORY,
     )
     s.children.driver_job = ChildNames(o.name).driver_job(attempt)
+    s.progress = None  # the last attempt's; the new one reports its own
 
 
 def _restart(d: Decision, o: Observed, reason: str, message: str,
@@ -473,7 +476,8 @@ def _reopen(d: Decision, o: Observed, retry_id: str) -> None:
     message = f"grpo.dev/retry={retry_id}: {s.terminal.reason if s.terminal else ''}"
     s.terminal = None
     s.completion_time = None
-    _condition(d, o, ConditionType.FAILED, False, str(Reason.RETRY), message)
+    for ended in (ConditionType.FAILED, ConditionType.STALLED):
+        _condition(d, o, ended, False, str(Reason.RETRY), message)
     d.events.append(Event("Normal", str(Reason.RETRY), message))
     if s.children.ray_cluster is None:  # refused at acceptance: nothing was ever made
         s.phase = Phase.PENDING
@@ -576,6 +580,15 @@ def _replace_cluster(d: Decision, why: str) -> None:
 
 
 def decide(o: Observed) -> Decision:
+    """What to write and do for the run as observed."""
+    d = _decide(o)
+    if d.status.phase != Phase.RUNNING:
+        d.status.progress = at_rest(d.status.progress)
+    summarize(d.status, generation=o.generation, now=o.now)
+    return d
+
+
+def _decide(o: Observed) -> Decision:
     d = Decision(status=o.status.model_copy(deep=True))
     s = d.status
     s.observed_generation = o.generation

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from grpo_operator.acceptance import Confinement
+from grpo_operator.api.constants import TrainerActivity
 from grpo_operator.api.report import (
     MAX_REPORT_BYTES,
     MAX_SEQUENCE_STEP,
@@ -22,6 +23,7 @@ from grpo_operator.api.status import (
     GRPORunStatus,
     ReportCursor,
     TrainerLedger,
+    TrainerProgress,
     TrainerTerminal,
 )
 from grpo_operator.reconcile import Action, Observed, Policy, decide
@@ -273,6 +275,35 @@ def test_a_retryable_failure_starts_the_next_attempt_on_the_same_cluster(code, r
     assert resumed.status.phase == "Running"
     assert resumed.actions == [Action.ENSURE_RUN_CHILDREN, Action.ENSURE_DRIVER_JOB]
     assert resumed.status.condition("Recovering").status == "False"
+
+
+def test_the_trainers_progress_shows_while_it_trains_and_goes_with_its_attempt():
+    progress = TrainerProgress(activity=TrainerActivity.TRAINING, since=NOW, step_seconds=5.0,
+                               remaining_seconds=10.0)
+    data = Report(schema_version=1, attempt=1, sequence=0, time=NOW, state=TrainerState.RUNNING,
+                  ledger=TrainerLedger(planned_steps=3, completed_steps=1),
+                  progress=progress).to_json()
+    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                       report_data=data))
+    shown = d.status.progress
+    assert (shown.activity, shown.percent, shown.eta) == ("Training", 33, "10s")
+    assert d.status.condition("Reconciling").message == "running: step 1/3"
+    # The attempt fails: the next one reports its own progress; until then there is none.
+    failed = decide(observe(d.status, ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+                            driver_pods=[_pod(14)], report_data=data))
+    assert failed.status.phase == "Recovering" and failed.status.progress is None
+
+
+def test_an_ended_run_keeps_its_progress_without_a_time_left():
+    progress = TrainerProgress(activity=TrainerActivity.SEALING_ARTIFACT, since=NOW,
+                               step_seconds=5.0, remaining_seconds=0.0)
+    report = Report.model_validate_json(finished())
+    data = report.model_copy(update={"progress": progress}).to_json()
+    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Complete"),
+                       driver_pods=[_pod(0)], report_data=data))
+    assert d.status.phase == "Succeeded"
+    assert (d.status.progress.percent, d.status.progress.eta) == (100, None)
+    assert d.status.condition("Ready").status == "True"
 
 
 def _failure_report(reason: str) -> str:

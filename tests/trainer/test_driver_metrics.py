@@ -15,13 +15,15 @@ from localcluster.processes import free_port
 from tests.trainer.driver_harness import Run
 from tests.waiting import wait_for
 
-# The trainer's reports, published with the real Reporter: Starting, Running after step 1,
-# then (released by the test) Suspended with a checkpoint and rollout counts.
+# The trainer's reports, published with the real Reporter: Starting, Running after step 1
+# (training at 4 s a step, 4 steps left), then (released by the test) Suspended with a
+# checkpoint and rollout counts.
 TRAINER = """
     import datetime, os, sys, time
+    from grpo_operator.api.constants import TrainerActivity
     from grpo_operator.api.report import TrainerState
     from grpo_operator.api.status import (
-        CheckpointRef, RolloutReuse, TrainerLedger, TrainerRecovery)
+        CheckpointRef, RolloutReuse, TrainerLedger, TrainerProgress, TrainerRecovery)
     from grpo_trainer.reporting import Reporter
 
     def wait_for(path):
@@ -35,7 +37,9 @@ TRAINER = """
     ledger = TrainerLedger(planned_steps=5, completed_steps=1, prompt_tokens=448,
                            generated_tokens=256, reward_mean=0.25, reward_std=0.5,
                            tokens_per_second=128.0)
-    reporter.publish(TrainerState.RUNNING, ledger)
+    progress = TrainerProgress(activity=TrainerActivity.TRAINING, step_seconds=4.0,
+                               remaining_seconds=16.0, since=datetime.datetime.now(datetime.UTC))
+    reporter.publish(TrainerState.RUNNING, ledger, progress=progress)
     open({running!r}, "w").close()
     wait_for({release!r})
     checkpoint = CheckpointRef(step=1, path="/checkpoints/uid/step_1", sha256="a" * 64,
@@ -61,16 +65,18 @@ def scrape(port: int) -> dict[tuple[str, frozenset], float]:
 
 
 def figures(samples: dict, run: Run) -> dict[str, float]:
-    """The run's grpo_trainer_* gauges without labels; ``state`` as the state whose gauge is 1."""
+    """The run's grpo_trainer_* gauges without labels; ``state`` and ``activity`` as the value
+    whose gauge is 1."""
     labels = {("namespace", "ns"), ("name", run.name)}
     out = {}
     for (name, sample_labels), value in samples.items():
         if not name.startswith("grpo_trainer_"):
             continue
         assert labels <= sample_labels, (name, sample_labels)
-        if name == "grpo_trainer_state":
+        one_of = name.removeprefix("grpo_trainer_")
+        if one_of in ("state", "activity"):
             if value == 1:
-                out["state"] = dict(sample_labels)["state"]
+                out[one_of] = dict(sample_labels)[one_of]
         else:
             out[name.removeprefix("grpo_trainer_")] = value
     return out
@@ -93,7 +99,8 @@ def test_metrics_show_the_newest_relayed_report(ray_head, tmp_path):
         assert seen.pop("last_report_timestamp_seconds") > 0
         # No kl (klCoef 0) and no checkpoint yet: no series rather than a made-up value.
         assert seen == {
-            "state": "Running", "attempt": 2, "report_sequence": 1,
+            "state": "Running", "activity": "Training", "attempt": 2, "report_sequence": 1,
+            "step_seconds": 4.0, "remaining_seconds": 16.0,
             "planned_steps": 5, "completed_steps": 1,
             "prompt_tokens": 448, "generated_tokens": 256,
             "reward_mean": 0.25, "reward_std": 0.5, "tokens_per_second": 128.0,
@@ -107,6 +114,7 @@ def test_metrics_show_the_newest_relayed_report(ray_head, tmp_path):
             lambda: (f := figures(scrape(port), run)).get("report_sequence") == 2 and f,
             timeout=30, what="the Suspended report on /metrics")
         assert seen["state"] == "Suspended"
+        assert "activity" not in seen  # that report says nothing of it: no series
         assert seen["last_checkpoint_step"] == 1
         assert (seen["rollout_sealed_groups"], seen["rollout_reused_groups"],
                 seen["rollout_abandoned_attempts"]) == (6, 2, 3)

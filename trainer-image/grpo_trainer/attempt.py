@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_operator.api.checkpoint_layout import ARTIFACT_DIR, TMP_SUFFIX, complete_steps
-from grpo_operator.api.constants import Reason
+from grpo_operator.api.constants import Reason, TrainerActivity
 from grpo_operator.api.exit_codes import ExitCode
 from grpo_operator.api.run_config import ResumeMode, RunConfig
 from grpo_operator.api.status import TrainerLedger
@@ -67,7 +67,7 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
     spec = config.spec
     stop = StopRequest() if stop is None else stop  # (an unset StopRequest is falsy)
     progress = RunProgress(reporter, spec.algorithm.max_steps)
-    progress.started()
+    progress.doing(TrainerActivity.VERIFYING_INPUTS)
 
     # 1. Frozen inputs, before anything reads them.
     frozen = FrozenInputs.from_config(config)
@@ -82,13 +82,12 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
     # 2. Restore the newest verified checkpoint and the journal.
     store = CheckpointStore(Path(config.paths.checkpoint_dir), spec.checkpoint.keep)
     journal = Journal(Path(store.layout.journal_dir))
+    progress.doing(TrainerActivity.RESTORING_CHECKPOINT)
     try:
         checkpoint, trainer_state, rollouts = _restore(config, store, journal, progress)
     except CheckpointContentError as err:
         return _fail(progress, Reason.INVALID_INPUT, str(err), ExitCode.INVALID_INPUT)
     step = checkpoint.step if checkpoint else 0
-    if checkpoint is not None:
-        progress.started()  # again, with the checkpoint resumed from
 
     # 3. Admit the plan before any generation.
     budget = TokenBudget.from_spec(spec)
@@ -98,6 +97,7 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
 
     # 4. Train.
     def save(trainer) -> SavedCheckpoint:
+        progress.doing(TrainerActivity.CHECKPOINTING)
         saved = store.save(trainer.step, lambda d: _write(d, config, trainer, progress, journal))
         progress.checkpointed(saved.step, saved.path, saved.sha256, saved.time)
         _prune_journal(store, journal)
@@ -111,6 +111,8 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
         lambda t: "SIGTERM received" if stop else None,
         lambda t: budget.refuse_step(progress.ledger.generated_tokens),
     ]
+    # With the checkpoint resumed from, if any: the report that says where this attempt starts.
+    progress.doing(TrainerActivity.STARTING_ENGINES)
     try:
         with start(rollouts=rollouts, gates=gates, on_tokens=progress.add_tokens,
                    interrupt=lambda: bool(stop),
@@ -118,6 +120,7 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
             if checkpoint is not None:
                 trainer.learners.load_state(str(checkpoint.path))
                 trainer.load_state_dict(trainer_state)
+            progress.doing(TrainerActivity.TRAINING)
             trainer.train()
             final = save(trainer)
     except DatasetError as err:
@@ -146,6 +149,7 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
                      ExitCode.BUDGET_EXHAUSTED)
 
     # 5. The inputs must not have changed; then the artifact, sealed.
+    progress.doing(TrainerActivity.VERIFYING_INPUTS)
     try:
         frozen.verify()
     except FrozenInputChangedError as err:
@@ -153,6 +157,7 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
                      ExitCode.FROZEN_INPUT_CHANGED)
     artifact = store.root / ARTIFACT_DIR
     staging = artifact.with_name(ARTIFACT_DIR + TMP_SUFFIX)
+    progress.doing(TrainerActivity.SEALING_ARTIFACT)
     copy_sealed_model(final.path, staging)
     replace_dir(staging, artifact)
     terminal = progress.succeeded(artifact, final.step)

@@ -7,19 +7,22 @@ from __future__ import annotations
 import datetime
 import logging
 import shutil
+from collections import deque
 from pathlib import Path
 
 from grpo_operator.api.checkpoint_layout import DIGEST_MANIFEST_FILE
-from grpo_operator.api.constants import Outcome, Reason
+from grpo_operator.api.constants import Outcome, Reason, TrainerActivity
 from grpo_operator.api.digest import DigestManifest
 from grpo_operator.api.report import ReportError, TrainerState
 from grpo_operator.api.status import (
     MAX_MESSAGE_LENGTH,
+    MAX_REMAINING_SECONDS,
     ArtifactRef,
     AttemptFailure,
     CheckpointRef,
     RolloutReuse,
     TrainerLedger,
+    TrainerProgress,
     TrainerRecovery,
     TrainerTerminal,
 )
@@ -28,6 +31,10 @@ from grpo_trainer.step_metrics import StepMetrics
 
 log = logging.getLogger(__name__)
 
+PACE_STEPS = 5
+"""The time left is paced on this attempt's last few steps: the first ones run on cold caches,
+and response lengths drift as the policy learns."""
+
 
 class RunProgress:
     def __init__(self, reporter: Reporter, planned_steps: int):
@@ -35,9 +42,19 @@ class RunProgress:
         self.ledger = TrainerLedger(planned_steps=planned_steps)
         self.recovery = TrainerRecovery()
         self.rollouts = None  # the RolloutLedger whose counts go into reports
+        self.state = TrainerState.STARTING
+        self.activity = TrainerActivity.VERIFYING_INPUTS
+        self.activity_since = _now()
+        self._step_seconds: deque[float] = deque(maxlen=PACE_STEPS)
 
-    def started(self) -> None:
-        self._publish(TrainerState.STARTING)
+    def doing(self, activity: TrainerActivity) -> None:
+        """Say what the trainer is now busy with. The trainer is Starting until it trains,
+        then Running (a checkpoint or the artifact included)."""
+        if activity != self.activity:
+            self.activity, self.activity_since = activity, _now()
+        if activity == TrainerActivity.TRAINING:
+            self.state = TrainerState.RUNNING
+        self._publish(self.state)
 
     def add_tokens(self, prompt_tokens: int, generated_tokens: int) -> None:
         """Cost ledger: a completion was sealed (the Trainer's ``on_tokens`` hook)."""
@@ -52,10 +69,18 @@ class RunProgress:
         led.reward_std = metrics.reward_std
         led.kl = metrics.kl
         led.tokens_per_second = metrics.tokens_per_second
+        self._step_seconds.append(metrics.time_step_s)
 
     def running(self, trainer=None, metrics: StepMetrics | None = None) -> None:
         """After-step hook (last): publish the Running report."""
-        self._publish(TrainerState.RUNNING)
+        self.doing(TrainerActivity.TRAINING)
+
+    def progress(self) -> TrainerProgress:
+        pace = sum(self._step_seconds) / len(self._step_seconds) if self._step_seconds else None
+        left = self.ledger.planned_steps - self.ledger.completed_steps
+        return TrainerProgress(
+            activity=self.activity, since=self.activity_since, step_seconds=pace,
+            remaining_seconds=None if pace is None else min(pace * left, MAX_REMAINING_SECONDS))
 
     def checkpointed(self, step: int, path: Path, sha256: str,
                      time: datetime.datetime) -> None:
@@ -96,7 +121,7 @@ class RunProgress:
             self.recovery.rollout = RolloutReuse(**self.rollouts.counts.model_dump())
         try:
             self.reporter.publish(state, self.ledger, self.recovery, terminal=terminal,
-                                  failure=failure)
+                                  failure=failure, progress=self.progress())
         except (OSError, ReportError, ValueError) as err:
             log.warning("could not publish the %s report: %s", state, err)
 

@@ -24,6 +24,7 @@ from grpo_operator.api.status import (
     AttemptFailure,
     ReportCursor,
     TrainerLedger,
+    TrainerProgress,
     TrainerRecovery,
     TrainerTerminal,
 )
@@ -94,6 +95,7 @@ class Reporter:
         recovery: TrainerRecovery | None = None,
         terminal: TrainerTerminal | None = None,
         failure: AttemptFailure | None = None,
+        progress: TrainerProgress | None = None,
     ) -> Report:
         """Write the next report (``failure``: why this attempt ends, when it is retryable)."""
         with self._lock:
@@ -105,6 +107,7 @@ class Reporter:
                 state=state,
                 ledger=ledger,
                 recovery=recovery or TrainerRecovery(),
+                progress=progress,
                 terminal=terminal,
                 failure=failure,
             )

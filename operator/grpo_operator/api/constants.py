@@ -149,8 +149,31 @@ class ConditionType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     STALLED = "Stalled"
-    """True while the operator cannot make progress on the run (an API error, a child name
-    held by someone else, a status or spec it cannot read); it retries with backoff."""
+    """True when the run ended Failed or Cancelled (or was refused), and while the operator
+    cannot make progress on it (an API error, a child name held by someone else, a status or
+    spec it cannot read; it retries with backoff)."""
+    RECONCILING = "Reconciling"
+    """True while the run works toward its end (accepted, queued, provisioning, running,
+    recovering); False once it is suspended or ended, or while Stalled."""
+    READY = "Ready"
+    """True once the run Succeeded."""
+
+
+class TrainerActivity(StrEnum):
+    """What the trainer is busy with, stepping or not (status.progress.activity)."""
+
+    VERIFYING_INPUTS = "VerifyingInputs"
+    """Hashing the frozen model and dataset (at the start, and before the artifact)."""
+    RESTORING_CHECKPOINT = "RestoringCheckpoint"
+    """Verifying and loading the newest checkpoint and the rollout journal."""
+    STARTING_ENGINES = "StartingEngines"
+    """Placing the learners and rollout engines and loading the model into them."""
+    TRAINING = "Training"
+    """Stepping: generate, reward, learn, sync."""
+    CHECKPOINTING = "Checkpointing"
+    """Writing and verifying a checkpoint."""
+    SEALING_ARTIFACT = "SealingArtifact"
+    """Copying the final model out and writing its digest."""
 
 
 class ConditionStatus(StrEnum):

@@ -101,7 +101,9 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
 def root_schema() -> dict[str, Any]:
     """The openAPIV3Schema of the GRPORun version."""
     spec = to_structural(GRPORunSpec)
-    status = to_structural(GRPORunStatus)
+    # Read back before the operator's first pass, a run without a status would be Current
+    # (healthy) to kstatus and so to Flux; generation 1 not yet observed is InProgress.
+    status = {**to_structural(GRPORunStatus), "default": {"observedGeneration": 0}}
     return {
         "description": normalise_description(
             "GRPORun runs GRPO fine-tuning of a language model on a dedicated KubeRay "
@@ -123,9 +125,17 @@ def root_schema() -> dict[str, Any]:
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.ledger.completedSteps"},
+    {"name": "Done%", "type": "integer", "jsonPath": ".status.progress.percent"},
+    {"name": "ETA", "type": "string", "jsonPath": ".status.progress.eta"},
     {"name": "Reward", "type": "number", "jsonPath": ".status.ledger.rewardMean"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.recovery.restarts"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {
+        "name": "Activity",
+        "type": "string",
+        "jsonPath": ".status.progress.activity",
+        "priority": 1,
+    },
     {
         "name": "Reason",
         "type": "string",

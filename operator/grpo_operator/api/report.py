@@ -33,6 +33,7 @@ from grpo_operator.api.status import (
     Count,
     ReportCursor,
     TrainerLedger,
+    TrainerProgress,
     TrainerRecovery,
     TrainerTerminal,
 )
@@ -96,6 +97,8 @@ class Report(ApiModel):
     """Progress and spending."""
     recovery: TrainerRecovery = Field(default_factory=TrainerRecovery)
     """Checkpoints and rollout reuse."""
+    progress: TrainerProgress | None = None
+    """What the trainer is doing and how long the rest should take."""
     terminal: TrainerTerminal | None = None
     """Set exactly when state is Finished."""
     failure: AttemptFailure | None = None

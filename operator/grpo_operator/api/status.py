@@ -27,6 +27,7 @@ from grpo_operator.api.constants import (
     ConditionType,
     Outcome,
     Phase,
+    TrainerActivity,
 )
 
 MAX_HISTORY = 20
@@ -61,7 +62,7 @@ class Condition(ApiModel):
 
     type: Str = Field(min_length=1, max_length=316)
     """One of the ConditionType values (Accepted, ClusterReady, Running, Recovering, Suspended,
-    Succeeded, Failed, Stalled)."""
+    Succeeded, Failed, and the kstatus ones: Reconciling, Stalled, Ready)."""
     status: ConditionStatus
     """True, False or Unknown."""
     observed_generation: StrictInt | None = Field(default=None, ge=0)
@@ -140,6 +141,36 @@ class TrainerLedger(ApiModel):
             check=lambda led: led.completed_steps <= led.planned_steps,
         ),
     )
+
+
+# A remaining time past this says nothing a user can act on; it also bounds the arithmetic.
+MAX_REMAINING_SECONDS = 10 * 365 * 86400.0
+
+
+class TrainerProgress(ApiModel):
+    """What the trainer is doing, and how long the rest should take, as it measures them."""
+
+    activity: TrainerActivity
+    """VerifyingInputs, RestoringCheckpoint, StartingEngines, Training, Checkpointing or
+    SealingArtifact."""
+    since: Timestamp
+    """When that activity began."""
+    step_seconds: NonNegative | None = None
+    """Mean duration of the last steps of this attempt (unset before its first step)."""
+    remaining_seconds: Annotated[StrictFloat, Field(allow_inf_nan=False, ge=0,
+                                                    le=MAX_REMAINING_SECONDS)] | None = None
+    """stepSeconds times the steps left (unset before the attempt's first step)."""
+
+
+class Progress(TrainerProgress):
+    """The trainer's progress as the run shows it (`kubectl get grpo`: Progress, ETA)."""
+
+    percent: Annotated[StrictInt, Field(ge=0, le=100)] = 0
+    """Completed steps as a percentage of the planned ones, rounded down."""
+    estimated_completion_time: Timestamp | None = None
+    """The report's time plus remainingSeconds."""
+    eta: Annotated[Str, Field(max_length=32)] | None = None
+    """remainingSeconds as of the report, for people (e.g. 3m20s)."""
 
 
 class BudgetRemaining(ApiModel):
@@ -314,6 +345,9 @@ class GRPORunStatus(ApiModel):
     """Names of the child objects."""
     ledger: Ledger = Field(default_factory=Ledger)
     """Progress and spending."""
+    progress: Progress | None = None
+    """What the trainer is doing, the share of steps done, the estimated time left (from the
+    last accepted report of the current attempt; unset before the first)."""
     recovery: Recovery = Field(default_factory=Recovery)
     """Attempts, restarts, checkpoints."""
     stopping: Stopping | None = None

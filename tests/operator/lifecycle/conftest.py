@@ -9,11 +9,11 @@ from tests.operator.lifecycle.runs import Runs
 
 
 @pytest.fixture
-def runs(k8s_api, operator, tmp_path) -> Iterator[Runs]:
+def runs(k8s_api, operator, kstatus, tmp_path) -> Iterator[Runs]:
     """A fresh namespace watched by the running operator, with input dirs under tmp_path;
     deleted with its runs afterwards."""
     for sub in ("model", "data", "checkpoints"):
         (tmp_path / sub).mkdir()
     name = new_namespace(k8s_api, "op")
-    yield Runs(k8s_api, name)
+    yield Runs(k8s_api, name, kstatus)
     delete_namespace(k8s_api, name)

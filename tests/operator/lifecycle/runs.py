@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,10 @@ def tiny_example(tmp_path: Path, tie_word_embeddings: bool = False) -> dict:
 
 
 class Runs:
-    def __init__(self, api: client.ApiClient, namespace: str):
+    def __init__(self, api: client.ApiClient, namespace: str,
+                 judge: Callable[[dict], tuple[str, str]] | None = None):
         self.api = api
+        self.judge = judge
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
@@ -98,6 +101,12 @@ class Runs:
         return next((c for c in self.status(name).get("conditions") or []
                      if c["type"] == kind), None)
 
+    def kstatus(self, name: str) -> tuple[str, str]:
+        """(status, message) kstatus computes for the run as it is now (the ``kstatus``
+        fixture)."""
+        assert self.judge is not None, "these Runs were made without the kstatus fixture"
+        return self.judge(self.get(name))
+
     def phase(self, name: str) -> str | None:
         return self.status(name).get("phase")
 
@@ -111,6 +120,8 @@ class Runs:
             "Secret": self.core.list_namespaced_secret(ns, label_selector=selector),
             "Job": client.BatchV1Api(self.api).list_namespaced_job(ns, label_selector=selector),
             "Role": client.RbacAuthorizationV1Api(self.api).list_namespaced_role(
+                ns, label_selector=selector),
+            "RoleBinding": client.RbacAuthorizationV1Api(self.api).list_namespaced_role_binding(
                 ns, label_selector=selector),
         }
         result = {kind: [o.metadata.name for o in lst.items] for kind, lst in found.items()}

@@ -24,6 +24,7 @@ def _refused(runs, name: str, reason: str) -> dict:
     status = runs.status(name)
     assert status["terminal"]["outcome"] == "Failed"
     assert "cleanup" not in status["terminal"]
+    assert runs.kstatus(name) == ("Failed", accepted["message"])  # a GitOps health check fails
     return accepted
 
 

@@ -17,6 +17,33 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.cluster
 
 
+BEFORE_TRAINING = ["VerifyingInputs", "RestoringCheckpoint", "StartingEngines"]
+WHILE_TRAINING = {"Training", "Checkpointing", "VerifyingInputs", "SealingArtifact"}
+
+
+def _assert_activities_in_order(shown: str) -> None:
+    """The trainer's activities as the demo printed them (each change; a short one the 1 s
+    poll missed is absent): what precedes training in its order, then training's own."""
+    seen: list[str] = []
+    for activity in re.findall(r"\] Running\s+([A-Z][A-Za-z]+)\s+step", shown):
+        if not seen or seen[-1] != activity:
+            seen.append(activity)
+    assert "Training" in seen, shown[-4000:]
+    before, after = seen[:seen.index("Training")], seen[seen.index("Training"):]
+    # Engines take the longest before training (vLLM starts in a minute on the CPU): seen.
+    assert "StartingEngines" in before, seen
+    assert before == sorted(before, key=BEFORE_TRAINING.index), seen
+    assert set(after) <= WHILE_TRAINING, seen
+
+
+def _get_grpo_rows(shown: str, name: str) -> tuple[list[str], list[str]]:
+    """The header and the run's row of the `kubectl get grpo` table the demo printed."""
+    lines = shown.splitlines()
+    header = next(line.split() for line in lines if line.startswith("NAME "))
+    row = next(line.split() for line in lines if line.startswith(f"{name} "))
+    return header, row
+
+
 def test_the_tiny_example_trains_to_success_and_cleans_up(cluster, operator, runs, tmp_path,
                                                           capsys):
     """This is also `make demo`, shortened: the demo's own code applies and follows the run."""
@@ -28,13 +55,20 @@ def test_the_tiny_example_trains_to_success_and_cleans_up(cluster, operator, run
     assert code == 0, (status, shown[-4000:])
     run = runs.get(name)
     assert f"Succeeded     step {steps}/{steps}" in shown, shown[-4000:]
+    _assert_activities_in_order(shown)
+    assert re.search(rf"step [1-9]\d*/{steps}  eta \d", shown), shown[-4000:]
+    assert status["progress"]["percent"] == 100 and "eta" not in status["progress"]
+    header, row = _get_grpo_rows(shown, name)
+    assert row[header.index("DONE%")] == "100", (header, row)
     curve = (tmp_path / "demo" / "curve.txt").read_text().splitlines()
     assert [int(row.split()[0]) for row in curve[1:]] == list(range(1, steps + 1)), curve
     assert (tmp_path / "demo" / "curve.png").stat().st_size > 0
 
-    waited = cluster.kubectl("wait", f"grpo/{name}", "-n", runs.namespace,
-                             "--for=condition=Succeeded", "--timeout=10s")
-    assert "condition met" in waited.stdout
+    for condition in ("Succeeded", "Ready"):
+        waited = cluster.kubectl("wait", f"grpo/{name}", "-n", runs.namespace,
+                                 f"--for=condition={condition}", "--timeout=10s")
+        assert "condition met" in waited.stdout
+    assert runs.kstatus(name)[0] == "Current"
 
     ledger, terminal = status["ledger"], status["terminal"]
     assert ledger["plannedSteps"] == steps

@@ -17,8 +17,14 @@ EXPECTED_CHILDREN = {
     "ConfigMap": ["stuck-report", "stuck-run-config"],
     "Secret": ["stuck-ray-auth", "stuck-report-key"],
     "Role": ["stuck-trainer"],
+    "RoleBinding": ["stuck-trainer"],
     "RayCluster": ["stuck"],
 }
+
+
+def _children_of(name: str) -> dict[str, list[str]]:
+    return {kind: [n.replace("stuck", name, 1) for n in names]
+            for kind, names in EXPECTED_CHILDREN.items()}
 
 
 def _stuck_run(runs, tmp_path, name="stuck"):
@@ -27,8 +33,16 @@ def _stuck_run(runs, tmp_path, name="stuck"):
     wait_for(lambda: runs.phase(name) == "Provisioning", 30, what="Provisioning")
 
 
-def test_provisioning_creates_the_run_children_and_waits_for_the_cluster(runs, tmp_path):
-    _stuck_run(runs, tmp_path)
+def test_provisioning_creates_the_run_children_and_waits_for_the_cluster(runs, kstatus,
+                                                                         tmp_path):
+    created = runs.create(manifest("stuck", str(tmp_path), resources__gpusPerWorker=16))
+    # Before the operator's first pass, the API server's default says generation 1 is not yet
+    # observed: a GitOps tool waits instead of calling the run healthy.
+    assert created["status"]["observedGeneration"] == 0 and "phase" not in created["status"]
+    assert kstatus(created) == (
+        "InProgress", "GRPORun generation is 1, but latest observed generation is 0")
+    wait_for(lambda: runs.phase("stuck") == "Provisioning", 30, what="Provisioning")
+    assert runs.kstatus("stuck") == ("InProgress", "provisioning: step 0/2")
     assert wait_for(lambda: runs.children("stuck") == EXPECTED_CHILDREN and runs.children("stuck"),
                     30, what="the children")
     status = runs.status("stuck")
@@ -59,7 +73,9 @@ def test_deleting_a_provisioning_run_takes_its_children(runs, tmp_path):
 def test_the_run_identity_reaches_only_its_report(cluster, runs, tmp_path):
     _stuck_run(runs, tmp_path, "mine")
     _stuck_run(runs, tmp_path, "theirs")
-    wait_for(lambda: "ConfigMap" in runs.children("theirs"), 30, what="children")
+    # The children are made concurrently: wait for both runs' Role bindings, not just any child.
+    for name in ("mine", "theirs"):
+        wait_for(lambda n=name: runs.children(n) == _children_of(n), 30, what=f"{name}'s children")
     token = runs.core.create_namespaced_service_account_token(
         "mine-trainer", runs.namespace,
         client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
@@ -68,8 +84,18 @@ def test_the_run_identity_reaches_only_its_report(cluster, runs, tmp_path):
                                     user="mine-trainer", token=token)
     as_run = config.new_client_from_config(config_file=str(path))
     core = client.CoreV1Api(as_run)
-    patched = core.patch_namespaced_config_map("mine-report", runs.namespace,
-                                               {"data": {"report.json": "{}"}})
+
+    def patch_own_report():
+        try:
+            return core.patch_namespaced_config_map("mine-report", runs.namespace,
+                                                    {"data": {"report.json": "{}"}})
+        except ApiException as e:
+            if e.status != 403:
+                raise
+            return None
+
+    # The RBAC authorizer reads bindings from its own watch: a new one takes a moment to count.
+    patched = wait_for(patch_own_report, 10, what="the run identity to patch its report")
     assert patched.data == {"report.json": "{}"}
 
     def denied(call, *args) -> int:

@@ -36,6 +36,7 @@ def test_a_pre_created_auth_secret_is_never_used(runs, tmp_path):
     condition = wait_for(lambda: stalled(runs, "squat"), 60, what="Stalled")
     assert condition["reason"] == "ChildConflict"
     assert "Secret squat-ray-auth exists but is controlled by nothing" in condition["message"]
+    assert runs.kstatus("squat") == ("Failed", condition["message"])
     assert runs.ray_cluster("squat") is None  # nothing was built on the squatter's token
     # The Event follows the condition's write.
     wait_for(lambda: [e for e in runs.events("squat") if e[:2] == ("Warning", "ChildConflict")],
@@ -45,6 +46,7 @@ def test_a_pre_created_auth_secret_is_never_used(runs, tmp_path):
     wait_for(lambda: runs.ray_cluster("squat"), 120, what="the RayCluster once the name is free")
     wait_for(lambda: runs.condition("squat", "Stalled")["status"] == "False", 30,
              what="Stalled cleared")
+    assert runs.kstatus("squat") == ("InProgress", "provisioning: step 0/2")
     secret = runs.core.read_namespaced_secret("squat-ray-auth", runs.namespace)
     owners = [r.uid for r in secret.metadata.owner_references]
     assert owners == [runs.get("squat")["metadata"]["uid"]]

@@ -20,10 +20,15 @@ def test_suspend_resume_then_cancel(runs, tmp_path):
     wait_for(lambda: runs.ledger(name).get("completedSteps", 0) >= 1, 300,
              what="the first step in status")
     first_cluster = runs.ray_cluster(name)["metadata"]["uid"]
+    judged, message = runs.kstatus(name)
+    assert (judged, message.split(": ")[0]) == ("InProgress", "running"), message
 
     runs.patch(name, {"spec": {"runPolicy": {"suspend": True}}})
     wait_for(lambda: runs.phase(name) == "Suspended", 180, what="Suspended")
     status = runs.status(name)
+    # At rest, not done: Ready=False, which kstatus reads as InProgress.
+    assert runs.kstatus(name) == (
+        "InProgress", f"suspended: step {status['ledger']['completedSteps']}/40")
     assert runs.ray_cluster(name) is None
     assert runs.condition(name, "Suspended")["status"] == "True"
     checkpoint = status["recovery"]["lastCheckpoint"]["step"]
@@ -53,6 +58,7 @@ def test_suspend_resume_then_cancel(runs, tmp_path):
     status = runs.status(name)
     assert status["phase"] == "Cancelled"
     assert status["terminal"]["reason"] == "Cancelled"
+    assert runs.kstatus(name) == ("Failed", status["terminal"]["message"])
     assert status["ledger"]["completedSteps"] > checkpoint  # the ledger is kept
     assert status["recovery"]["lastCheckpoint"]["step"] > checkpoint
     assert "RayCluster" not in runs.children(name)

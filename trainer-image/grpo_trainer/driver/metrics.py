@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
+from grpo_operator.api.constants import TrainerActivity
 from grpo_operator.api.report import Report, TrainerState, parse_report
 
 log = logging.getLogger("grpo_trainer.driver")
@@ -53,6 +55,10 @@ FIGURES: tuple[tuple[str, str, Callable[[Report], float | None]], ...] = (
      lambda r: r.recovery.rollout.abandoned_attempts),
     ("rollout_batch_shortfall", "Sequences a step went without because generation could not "
      "be completed.", lambda r: r.recovery.rollout.batch_shortfall),
+    ("step_seconds", "Mean duration of the attempt's last steps.",
+     lambda r: r.progress.step_seconds if r.progress else None),
+    ("remaining_seconds", "Estimated time the steps left take, at the last steps' pace.",
+     lambda r: r.progress.remaining_seconds if r.progress else None),
 )
 
 
@@ -78,12 +84,19 @@ class ReportGauges:
                 gauge = GaugeMetricFamily(PREFIX + name, documentation, labels=LABELS)
                 gauge.add_metric(self._labels, float(value))
                 yield gauge
-        state = GaugeMetricFamily(
-            PREFIX + "state", "1 for the trainer's state as of the newest report, 0 for the "
-            "others.", labels=[*LABELS, "state"])
-        for candidate in TrainerState:
-            state.add_metric([*self._labels, candidate.value], float(candidate == report.state))
-        yield state
+        yield self._one_of("state", "the trainer's state", TrainerState, report.state)
+        if report.progress is not None:
+            yield self._one_of("activity", "what the trainer is busy with", TrainerActivity,
+                               report.progress.activity)
+
+    def _one_of(self, label: str, what: str, values: type[StrEnum],
+                current: StrEnum) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(
+            PREFIX + label, f"1 for {what} as of the newest report, 0 for the others.",
+            labels=[*LABELS, label])
+        for candidate in values:
+            family.add_metric([*self._labels, candidate.value], float(candidate == current))
+        return family
 
 
 def serve(gauges: ReportGauges, port: int, address: str = "0.0.0.0") -> int | None:

@@ -1,0 +1,61 @@
+"""The trainer's account of what it is doing: Starting until it trains, then Running; each
+activity with when it began; the time left paced on the attempt's last steps."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+
+from grpo_operator.api.constants import TrainerActivity
+from grpo_operator.api.report import TrainerState, parse_report
+from grpo_trainer.progress import PACE_STEPS, RunProgress
+from grpo_trainer.reporting import REPORT_MARKER, Reporter, parse_report_line
+from grpo_trainer.step_metrics import StepMetrics
+
+STEP = StepMetrics(
+    step=0, reward_mean=0.5, reward_std=0.1, kl=None, clip_frac=0.0, dual_clip_frac=0.0,
+    pg_loss=0.0, loss=0.0, entropy=1.0, approx_kl=0.0, max_abs_log_ratio=0.0,
+    logprob_mismatch=0.0, grad_norm=1.0, optimizer_steps=1, skipped_steps=0,
+    response_length_mean=4.0, truncated_fraction=0.0, prompt_tokens=8, generated_tokens=8,
+    tokens_per_second=8.0, time_generate_s=0.0, time_reward_s=0.0, time_learn_s=0.0,
+    time_sync_s=0.0, time_step_s=0.0)
+
+
+def _reports(out: io.StringIO):
+    return [parse_report(parse_report_line(line)[0]) for line in out.getvalue().splitlines()
+            if line.startswith(REPORT_MARKER)]
+
+
+def test_the_trainer_is_starting_until_it_trains_and_says_what_it_does_meanwhile():
+    out = io.StringIO()
+    progress = RunProgress(Reporter(attempt=1, stream=out), planned_steps=10)
+    for activity in (TrainerActivity.VERIFYING_INPUTS, TrainerActivity.RESTORING_CHECKPOINT,
+                     TrainerActivity.STARTING_ENGINES, TrainerActivity.TRAINING,
+                     TrainerActivity.CHECKPOINTING):
+        progress.doing(activity)
+    reports = _reports(out)
+    assert [(r.state, r.progress.activity) for r in reports] == [
+        (TrainerState.STARTING, TrainerActivity.VERIFYING_INPUTS),
+        (TrainerState.STARTING, TrainerActivity.RESTORING_CHECKPOINT),
+        (TrainerState.STARTING, TrainerActivity.STARTING_ENGINES),
+        (TrainerState.RUNNING, TrainerActivity.TRAINING),
+        (TrainerState.RUNNING, TrainerActivity.CHECKPOINTING),  # Running from then on
+    ]
+    assert all(r.progress.remaining_seconds is None for r in reports)  # no step yet
+    since = [r.progress.since for r in reports]
+    assert since == sorted(since)
+
+
+def test_the_time_left_follows_the_last_steps_pace():
+    out = io.StringIO()
+    progress = RunProgress(Reporter(attempt=1, stream=out), planned_steps=20)
+    progress.doing(TrainerActivity.TRAINING)
+    since = progress.activity_since
+    # A slow first step (cold caches), then steady ones: only the last PACE_STEPS count.
+    for step, seconds in enumerate([100.0] + [10.0] * PACE_STEPS, start=1):
+        progress.record_step(None, replace(STEP, step=step, time_step_s=seconds))
+        progress.running()
+    last = _reports(out)[-1].progress
+    steps_left = 20 - (1 + PACE_STEPS)
+    assert (last.step_seconds, last.remaining_seconds) == (10.0, 10.0 * steps_left)
+    assert last.since == since  # still the same activity
