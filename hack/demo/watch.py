@@ -109,7 +109,7 @@ def write_curve(curve: Curve, out_dir: Path) -> tuple[Path, Path]:
     ]
     text.write_text("\n".join(rows) + "\n")
     png = out_dir / "curve.png"
-    _plot(curve, steps, png)
+    curve_figure(curve).savefig(png)
     return text, png
 
 
@@ -117,38 +117,33 @@ def _fmt(value: float | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def _plot(curve: Curve, steps: list[int], path: Path) -> None:
-    from PIL import Image, ImageDraw
+def curve_figure(curve: Curve):
+    """Reward mean (left axis) and KL (right axis) per step, each with its values on its axis
+    and both in one legend."""
+    import matplotlib
+    matplotlib.use("Agg")  # files only: the demo runs without a display
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
-    width, height, margin = 640, 360, 48
-    image = Image.new("RGB", (width, height), "white")
-    draw = ImageDraw.Draw(image)
-    draw.rectangle([margin, margin // 2, width - margin // 2, height - margin], outline="black")
-    draw.text((margin, 4), "reward mean (blue) and KL (red) per step", fill="black")
-    if steps:
-        x_of = _scale(min(steps), max(steps), margin, width - margin // 2)
-        for index, colour in ((0, "blue"), (1, "red")):
-            values = [(s, curve.points[s][index]) for s in steps
-                      if curve.points[s][index] is not None]
-            if not values:
-                continue
-            low, high = min(v for _, v in values), max(v for _, v in values)
-            y_of = _scale(low, high, height - margin, margin // 2)
-            points = [(x_of(s), y_of(v)) for s, v in values]
-            if len(points) > 1:
-                draw.line(points, fill=colour, width=2)
-            for x, y in points:
-                draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=colour)
-            draw.text((width - margin * 3, height - margin + 6 + 12 * index),
-                      f"{low:.3g}..{high:.3g}", fill=colour)
-        for s in steps:
-            draw.text((x_of(s) - 3, height - margin + 4), str(s), fill="black")
-    image.save(path)
-
-
-def _scale(lo: float, hi: float, a: float, b: float):
-    span = (hi - lo) or 1.0
-    return lambda v: a + (v - lo) / span * (b - a)
+    steps = sorted(curve.points)
+    figure = Figure(figsize=(8, 4.5), dpi=100, layout="constrained")
+    reward_axis = figure.add_subplot()
+    reward_axis.set_title("GRPO run: reward and KL per step")
+    reward_axis.set_xlabel("optimizer step")
+    reward_axis.set_ylabel("reward mean", color="tab:blue")
+    reward_axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    reward_axis.grid(alpha=0.3)
+    kl_axis = reward_axis.twinx()
+    kl_axis.set_ylabel("KL to the reference", color="tab:red")
+    lines = []
+    for axis, index, label, colour in ((reward_axis, 0, "reward mean", "tab:blue"),
+                                       (kl_axis, 1, "KL", "tab:red")):
+        points = [(s, curve.points[s][index]) for s in steps
+                  if curve.points[s][index] is not None]
+        lines += axis.plot([s for s, _ in points], [v for _, v in points], marker="o",
+                           color=colour, label=label)
+    reward_axis.legend(handles=lines, loc="best")
+    return figure
 
 
 # --- where the actors ran (DEMO=multinode) ------------------------------------------------------
