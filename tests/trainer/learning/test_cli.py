@@ -10,6 +10,7 @@ import sys
 import torch
 
 from grpo_operator.api.checkpoint_layout import DIGEST_MANIFEST_FILE
+from grpo_operator.api.constants import TrainerActivity
 from grpo_operator.api.digest import DigestManifest
 from grpo_operator.api.report import TrainerState, parse_report
 from grpo_operator.api.run_config import ResumeMode, RunConfig, RunIdentity, RunPaths
@@ -68,10 +69,22 @@ def test_run_writes_a_loadable_model(tiny_dirs, tmp_path):
     reports = [parse_report(found[0]) for line in done.stdout.splitlines()
                if (found := parse_report_line(line))]
     assert [r.sequence for r in reports] == list(range(len(reports)))
-    assert [r.state for r in reports] == (
-        [TrainerState.STARTING] + [TrainerState.RUNNING] * 2 + [TrainerState.FINISHED]
-    )
-    assert [r.ledger.completed_steps for r in reports] == [0, 1, 2, 2]
+    states = [r.state for r in reports]
+    assert states == sorted(states, key=[
+        TrainerState.STARTING, TrainerState.RUNNING, TrainerState.FINISHED].index), states
+    assert states[-1] == TrainerState.FINISHED
+    doing = [r.progress.activity for r in reports]
+    assert [a for a, s in zip(doing, states, strict=True) if s == TrainerState.STARTING] == [
+        TrainerActivity.VERIFYING_INPUTS, TrainerActivity.RESTORING_CHECKPOINT,
+        TrainerActivity.STARTING_ENGINES]
+    # Training begins at step 0 and is said again after each step.
+    assert [r.ledger.completed_steps for r in reports
+            if r.progress.activity == TrainerActivity.TRAINING] == [0, 1, 2]
+    # Then the final checkpoint, the inputs checked again, the artifact sealed, the end.
+    assert doing[-4:] == [TrainerActivity.CHECKPOINTING, TrainerActivity.VERIFYING_INPUTS,
+                          TrainerActivity.SEALING_ARTIFACT, TrainerActivity.SEALING_ARTIFACT]
+    assert reports[-1].ledger.completed_steps == 2
+    assert reports[-2].progress.remaining_seconds == 0.0  # no step left
     assert reports[-1].ledger.generated_tokens > 0
     final = reports[-1].terminal
     assert final.outcome == "Succeeded" and final.artifact.step == 2
