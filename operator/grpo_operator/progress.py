@@ -17,7 +17,7 @@ def shown_progress(report: Report, ledger: Ledger) -> Progress | None:
     planned = ledger.planned_steps
     return Progress(
         **report.progress.model_dump(),
-        percent=min(100, ledger.completed_steps * 100 // planned) if planned else 0,
+        percent=ledger.completed_steps * 100 // planned if planned else 0,  # done <= planned
         estimated_completion_time=None if left is None
         else report.time + datetime.timedelta(seconds=round(left)),
         eta=None if left is None else human_duration(left),

@@ -163,7 +163,7 @@ class TrainerProgress(ApiModel):
 
 
 class Progress(TrainerProgress):
-    """The trainer's progress as the run shows it (`kubectl get grpo`: Progress, ETA)."""
+    """The trainer's progress as the run shows it (`kubectl get grpo`: Done%, ETA)."""
 
     percent: Annotated[StrictInt, Field(ge=0, le=100)] = 0
     """Completed steps as a percentage of the planned ones, rounded down."""
