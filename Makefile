@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # Two pytest processes side by side: the cluster tests and the rest (hack/run-tests.sh).
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv controlplane test lint manifests manifests-check run demo bench cluster-up cluster-down
+.PHONY: help venv controlplane prometheus test lint manifests manifests-check run demo bench cluster-up cluster-down
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -20,7 +20,10 @@ venv: ## create .venv and install the project with the extras the tests need
 controlplane: ## build the pinned control-plane binaries into the cache (once)
 	@bash hack/build-controlplane.sh >/dev/null
 
-test: venv controlplane manifests-check ## the whole suite, from a fresh clone
+prometheus: ## build Prometheus and promtool from their Go module into the cache (once)
+	@bash hack/build-prometheus.sh >/dev/null
+
+test: venv controlplane prometheus manifests-check ## the whole suite, from a fresh clone
 	@PYTHON=$(PY) PYTEST_WORKERS=$(PYTEST_WORKERS) bash hack/run-tests.sh $(PYTEST_ARGS)
 
 manifests: venv ## regenerate crds/, charts/grpo-operator/crds/ and docs/api.md from the models

@@ -130,6 +130,13 @@ end
 if phase == "Running" then
   hs.status = "Progressing"
   hs.message = "Running: " .. steps(status) .. ", attempt " .. tostring(recovery.attempt or 1)
+  local progress = status.progress or {}
+  if progress.activity ~= nil and progress.activity ~= "Training" then
+    hs.message = hs.message .. ", " .. progress.activity
+  end
+  if progress.eta ~= nil and progress.eta ~= "" then
+    hs.message = hs.message .. ", ETA " .. progress.eta
+  end
   return hs
 end
 

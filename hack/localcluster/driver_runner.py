@@ -9,7 +9,9 @@ Pods labelled ``grpo.dev/role=driver`` run the container's command as a real loc
 - with the container's environment, ``KUBERNETES_SERVICE_HOST/PORT`` pointing at the local API
   server (so in-cluster clients work unchanged) and the harness's Python first on ``PATH``
   (the harness has no images: the "image" is this virtualenv);
-- with ``GRPO_DRIVER_METRICS_PORT`` set to a free port (pods share the host's network here).
+- at a loopback address of its own (its pod IP, see ``PodRunner``), where the driver serves
+  its metrics on the container's declared port (``GRPO_DRIVER_METRICS_ADDRESS``: the harness
+  has no network namespaces, so the driver is told the one address that is its pod's).
 
 Host names: ``/etc/hosts`` carries the pod's ``hostAliases`` and whatever ``host_aliases``
 returns for the pod — the hook by which a driver's RayCluster head Service resolves to the
@@ -29,7 +31,7 @@ from kubernetes import client
 
 from . import mountns, podspec
 from .pod_runner import PodProcess, PodRunner
-from .processes import _die_with_parent, free_port
+from .processes import _die_with_parent
 
 HostAliases = Callable[[dict], dict[str, list[str]]]
 
@@ -38,6 +40,7 @@ class DriverRunner(PodRunner):
     """Runs each driver pod as a local process (see the module docstring)."""
 
     name = "driver-runner"
+    first_ip = "127.1.0.1"
 
     def __init__(
         self,
@@ -71,6 +74,8 @@ class _DriverPod(PodProcess):
     def __init__(self, runner: DriverRunner, pod: dict):
         super().__init__(runner, pod)
         self.popen: subprocess.Popen | None = None
+        ports = [p["containerPort"] for p in self.container.get("ports") or []]
+        self.pod_ip = runner.allocate_ip(ports[0] if ports else 0)
 
     def launch(self) -> None:
         argv, env, mount_list = self._prepare()
@@ -103,7 +108,7 @@ class _DriverPod(PodProcess):
         volumes = podspec.materialise_volumes(self.pod, self.dir, self.runner.objects)
         mount_list = podspec.mounts(self.container, volumes)
         hosts = self.dir / "hosts"
-        hosts.write_text(hosts_file(self.pod, self.runner.host_aliases(self.pod)))
+        hosts.write_text(hosts_file(self.pod, self.runner.host_aliases(self.pod), self.pod_ip))
         mount_list.append(podspec.Mount(hosts, "/etc/hosts", read_only=True))
         self.runner.mountpoints.ensure(mount_list)
         container_env = podspec.environment(self.pod, self.container, self.runner.objects)
@@ -115,9 +120,7 @@ class _DriverPod(PodProcess):
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
             "KUBERNETES_SERVICE_PORT": str(self.runner.apiserver_port),
             **container_env,
-            # Pods here share the host's network: each driver serves its metrics on a port of
-            # its own instead of the container's fixed one.
-            "GRPO_DRIVER_METRICS_PORT": str(free_port()),
+            "GRPO_DRIVER_METRICS_ADDRESS": self.pod_ip,
         }
         return podspec.command(self.container, container_env), env, mount_list
 

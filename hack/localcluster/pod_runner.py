@@ -22,8 +22,10 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
+import ipaddress
 import logging
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -95,9 +97,14 @@ class ApiObjects(podspec.ObjectSource):
 
 class PodRunner:
     """Watches the pods ``selector`` picks and plays their kubelet (see the module docstring).
-    Subclasses say what a pod becomes (``new_pod``)."""
+    Subclasses say what a pod becomes (``new_pod``).
+
+    Pods share the host's network here; each gets a loopback address of its own as its pod IP
+    (``allocate_ip``), from its runner's ``first_ip`` on, so that its servers listen on their
+    containers' own ports as in a pod's network namespace."""
 
     name = "pod-runner"
+    first_ip = "127.0.0.1"
 
     def __init__(self, api: client.ApiClient, root: Path, *, selector: str,
                  run_pods: bool = True):
@@ -112,6 +119,20 @@ class PodRunner:
         self._stopping = threading.Event()
         self._watch: watch.Watch | None = None
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._next_ip = int(ipaddress.ip_address(self.first_ip))
+        self._ip_lock = threading.Lock()
+
+    def allocate_ip(self, port: int) -> str:
+        """The next loopback address where nothing answers on ``port`` (a pod's server must
+        own its container's port)."""
+        with self._ip_lock:
+            for _ in range(256):
+                ip = str(ipaddress.ip_address(self._next_ip))
+                self._next_ip += 1
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                    if probe.connect_ex((ip, port)) != 0:
+                        return ip
+        raise podspec.PodSpecError(f"port {port} is taken on every loopback address")
 
     def new_pod(self, pod: dict) -> PodProcess:
         raise NotImplementedError

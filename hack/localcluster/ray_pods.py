@@ -33,13 +33,11 @@ owner's UID).
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import math
 import shlex
 import signal
-import socket
 import threading
 from urllib.parse import urlparse
 
@@ -137,14 +135,13 @@ class RayPods(PodRunner):
     """Plays the Ray pods of the selected RayClusters (see the module docstring)."""
 
     name = "ray-pods"
+    first_ip = "127.0.1.1"
 
     def __init__(self, api: client.ApiClient, root, *, mountpoints: mountns.Mountpoints,
                  selector: str = SELECTOR):
         super().__init__(api, root, selector=selector)
         self.mountpoints = mountpoints
         self.custom = client.CustomObjectsApi(api)
-        self._next_ip = int(ipaddress.ip_address("127.0.1.1"))
-        self._ip_lock = threading.Lock()
         # One node starting at a time: `ray start` takes both cores for seconds.
         self.starting = threading.Semaphore(1)
 
@@ -193,18 +190,6 @@ class RayPods(PodRunner):
                         return {head.ip: service_names(*named)}
         return {}
 
-    def allocate_ip(self) -> str:
-        """The next loopback address where nothing answers on the Jobs API port (a head must
-        serve exactly the head Service's port)."""
-        with self._ip_lock:
-            for _ in range(256):
-                ip = str(ipaddress.ip_address(self._next_ip))
-                self._next_ip += 1
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-                    if probe.connect_ex((ip, DASHBOARD_PORT)) != 0:
-                        return ip
-        raise podspec.PodSpecError(f"port {DASHBOARD_PORT} is taken on every loopback address")
-
     def __len__(self) -> int:
         """Running head nodes (one per RayCluster played here)."""
         with self._lock:
@@ -224,7 +209,8 @@ class _RayPod(PodProcess):
         self.is_head = labels.get("ray.io/node-type") == "head"
         self.node: RayNode | None = None
         self.is_ready = False
-        self.pod_ip = runner.allocate_ip()
+        # A head must serve exactly the head Service's port.
+        self.pod_ip = runner.allocate_ip(DASHBOARD_PORT)
 
     def serving(self) -> bool:
         """In the head Service's endpoints: Ready and not being deleted."""

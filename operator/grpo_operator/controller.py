@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
+import time
 from functools import partial
 from typing import Any
 
@@ -219,6 +220,7 @@ class Controller:
             if key is None:
                 return
             again: float | None = None
+            started = time.monotonic()
             try:
                 again = self.reconcile(*key)
                 self._failures.pop(key, None)
@@ -234,6 +236,7 @@ class Controller:
                             exc_info=not isinstance(error, _EXPECTED_ERRORS))
                 self._stalled(*key, error)
             finally:
+                self.metrics.reconcile_duration.observe(time.monotonic() - started)
                 self.queue.done(key)
                 # A run needing no requeue is done with until its next event.
                 self._account(key, done=again is None)

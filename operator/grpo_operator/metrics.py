@@ -1,5 +1,6 @@
-"""The operator's Prometheus metrics: runs by phase, reconcile errors, restarts, the time
-from creation to the cluster being ready and to the trainer's first report, GPU-seconds.
+"""The operator's Prometheus metrics: runs by phase, reconcile errors and pass durations,
+restarts, the time from creation to the cluster being ready and to the trainer's first report,
+GPU-seconds and what is left of each run's budget.
 
 Runs by phase come from the last status the operator recorded for each run it serves, so
 they are right once every run has been reconciled after a start (kopf lists them all).
@@ -22,6 +23,8 @@ from grpo_operator.api.status import GRPORunStatus
 Key = tuple[str, str]  # (namespace, name)
 # Seconds: from a warm pool (seconds) to a queue wait of hours.
 WAIT_BUCKETS = (5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
+# Seconds: a pass is a few API round trips (milliseconds), slow ones wait out API timeouts.
+PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class _RunsCollector(Collector):
@@ -43,6 +46,22 @@ class _RunsCollector(Collector):
         for (namespace, name), s in statuses:
             gpu.add_metric([namespace, name], s.ledger.gpu_seconds)
         yield gpu
+        gpu_left = GaugeMetricFamily(
+            "grpo_run_budget_remaining_gpu_seconds", "GPU-seconds left of a run's "
+            "budget.maxGPUHours (negative when overspent; runs without that limit have none)",
+            labels=["namespace", "name"])
+        tokens_left = GaugeMetricFamily(
+            "grpo_run_budget_remaining_tokens", "Generated tokens left of a run's "
+            "budget.maxGeneratedTokens (negative when overspent; runs without that limit have "
+            "none)", labels=["namespace", "name"])
+        for (namespace, name), s in statuses:
+            left = s.ledger.budget_remaining
+            if left is not None and left.gpu_hours is not None:
+                gpu_left.add_metric([namespace, name], left.gpu_hours * 3600)
+            if left is not None and left.generated_tokens is not None:
+                tokens_left.add_metric([namespace, name], left.generated_tokens)
+        yield gpu_left
+        yield tokens_left
 
 
 class Metrics:
@@ -54,6 +73,9 @@ class Metrics:
         self.reconcile_errors = Counter(
             "grpo_reconcile_errors_total", "Reconcile passes that raised",
             registry=self.registry)
+        self.reconcile_duration = Histogram(
+            "grpo_reconcile_duration_seconds", "Duration of reconcile passes, failed ones "
+            "included", buckets=PASS_BUCKETS, registry=self.registry)
         self.restarts = Counter(
             "grpo_run_restarts_total", "Attempts started after a retryable failure or a lost "
             "cluster", registry=self.registry)

@@ -129,6 +129,15 @@ CASES = {
         run_in("Provisioning", conditions=[cond("ClusterReady", "False", "WorkersNotReady")]),
         "Progressing", "Provisioning the RayCluster (ClusterReady: WorkersNotReady)"),
     "running": (run_in("Running"), "Progressing", "Running: step 40/100, attempt 1"),
+    "running-with-eta": (
+        run_in("Running", progress={"activity": "Training", "eta": "3m20s", "percent": 40}),
+        "Progressing", "Running: step 40/100, attempt 1, ETA 3m20s"),
+    "checkpointing": (
+        run_in("Running", progress={"activity": "Checkpointing", "eta": "3m20s"}),
+        "Progressing", "Running: step 40/100, attempt 1, Checkpointing, ETA 3m20s"),
+    "starting-engines": (
+        run_in("Running", progress={"activity": "StartingEngines"}),
+        "Progressing", "Running: step 40/100, attempt 1, StartingEngines"),
     "recovering": (
         run_in("Recovering", recovery={"attempt": 2, "restarts": 1, "maxRestarts": 3},
                conditions=[cond("Recovering", "True", "RetryableFailure", "driver exited 75")]),

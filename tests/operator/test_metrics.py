@@ -27,7 +27,8 @@ def test_runs_by_phase_restarts_waits_and_gpu_seconds():
     running = GRPORunStatus.model_validate({
         "phase": "Running", "activeSince": ready_at.isoformat(),
         "ledger": {"gpuSeconds": 12.5, "lastReportTime": (
-            CREATED + datetime.timedelta(seconds=100)).isoformat()},
+            CREATED + datetime.timedelta(seconds=100)).isoformat(),
+            "budgetRemaining": {"gpuHours": 0.5, "generatedTokens": 1000}},
         "recovery": {"restarts": 1},
     })
     running.conditions = set_condition([], "ClusterReady", True, "Healthy", "",
@@ -36,11 +37,20 @@ def test_runs_by_phase_restarts_waits_and_gpu_seconds():
     m.record(("ns", "a"), empty, running, CREATED)
     m.record(("ns", "b"), empty, GRPORunStatus(phase="Failed"), CREATED)
     m.reconcile_errors.inc()
+    m.reconcile_duration.observe(0.02)
     got = samples(m)
     assert got[("grpo_runs", (("phase", "Running"),))] == 1
     assert got[("grpo_runs", (("phase", "Failed"),))] == 1
     assert got[("grpo_runs", (("phase", "Suspended"),))] == 0
     assert got[("grpo_run_gpu_seconds", (("name", "a"), ("namespace", "ns")))] == 12.5
+    assert got[("grpo_run_budget_remaining_gpu_seconds",
+                (("name", "a"), ("namespace", "ns")))] == 1800
+    assert got[("grpo_run_budget_remaining_tokens", (("name", "a"), ("namespace", "ns")))] == 1000
+    # A run without a budget has no series rather than an infinite one.
+    assert ("grpo_run_budget_remaining_tokens", (("name", "b"), ("namespace", "ns"))) not in got
+    assert got[("grpo_reconcile_duration_seconds_count", ())] == 1
+    assert got[("grpo_reconcile_duration_seconds_bucket", (("le", "0.025"),))] == 1
+    assert got[("grpo_reconcile_duration_seconds_bucket", (("le", "0.01"),))] == 0
     assert got[("grpo_run_restarts_total", ())] == 1
     assert got[("grpo_reconcile_errors_total", ())] == 1
     assert got[("grpo_run_time_to_cluster_ready_seconds_sum", ())] == 42

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from grpo_operator.api.exit_codes import ExitCode
 from grpo_trainer.driver import settings
 from localcluster.processes import free_port
+from localcluster.prometheus import check_metrics, ensure_built
 from tests.trainer.driver_harness import Run
 from tests.waiting import wait_for
 
@@ -21,7 +22,7 @@ from tests.waiting import wait_for
 TRAINER = """
     import datetime, os, sys, time
     from grpo_operator.api.constants import TrainerActivity
-    from grpo_operator.api.report import TrainerState
+    from grpo_operator.api.report import PhaseSeconds, StepFigures, TrainerState
     from grpo_operator.api.status import (
         CheckpointRef, RolloutReuse, TrainerLedger, TrainerProgress, TrainerRecovery)
     from grpo_trainer.reporting import Reporter
@@ -39,7 +40,14 @@ TRAINER = """
                            tokens_per_second=128.0)
     progress = TrainerProgress(activity=TrainerActivity.TRAINING, step_seconds=4.0,
                                remaining_seconds=16.0, since=datetime.datetime.now(datetime.UTC))
-    reporter.publish(TrainerState.RUNNING, ledger, progress=progress)
+    figures = StepFigures(
+        step=1, clip_fraction_high=0.125, clip_fraction_low=0.0625, dual_clip_fraction=0.0,
+        entropy=2.5, approx_kl=0.001, policy_loss=-0.03, grad_norm=0.75, learning_rate=1e-5,
+        logprob_mismatch=0.002, response_length_mean=12.5, response_length_max=32,
+        truncated_fraction=0.25, skipped_updates=0,
+        seconds=PhaseSeconds(generate=2.0, reward=0.25, ref_logprobs=0.5, update=1.0,
+                             sync=0.125, step=4.0))
+    reporter.publish(TrainerState.RUNNING, ledger, progress=progress, last_step=figures)
     open({running!r}, "w").close()
     wait_for({release!r})
     checkpoint = CheckpointRef(step=1, path="/checkpoints/uid/step_1", sha256="a" * 64,
@@ -53,10 +61,14 @@ TRAINER = """
 """
 
 
+def exposition(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        return reply.read().decode()
+
+
 def scrape(port: int) -> dict[tuple[str, frozenset], float]:
     """Every sample of the driver's /metrics, by name and labels."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
+    text = exposition(port)
     return {
         (sample.name, frozenset(sample.labels.items())): sample.value
         for family in text_string_to_metric_families(text)
@@ -65,20 +77,24 @@ def scrape(port: int) -> dict[tuple[str, frozenset], float]:
 
 
 def figures(samples: dict, run: Run) -> dict[str, float]:
-    """The run's grpo_trainer_* gauges without labels; ``state`` and ``activity`` as the value
-    whose gauge is 1."""
+    """The run's grpo_trainer_* series by name without the prefix; ``state`` and ``activity``
+    as the value whose gauge is 1, the other labelled families as ``name[label]``."""
     labels = {("namespace", "ns"), ("name", run.name)}
     out = {}
     for (name, sample_labels), value in samples.items():
         if not name.startswith("grpo_trainer_"):
             continue
         assert labels <= sample_labels, (name, sample_labels)
-        one_of = name.removeprefix("grpo_trainer_")
-        if one_of in ("state", "activity"):
+        name = name.removeprefix("grpo_trainer_")
+        extra = dict(sample_labels - labels)
+        if name in ("state", "activity"):
             if value == 1:
-                out[one_of] = dict(sample_labels)[one_of]
+                out[name] = extra[name]
+        elif extra:
+            (part,) = extra.values()
+            out[f"{name}[{part}]"] = value
         else:
-            out[name.removeprefix("grpo_trainer_")] = value
+            out[name] = value
     return out
 
 
@@ -97,16 +113,28 @@ def test_metrics_show_the_newest_relayed_report(ray_head, tmp_path):
             lambda: (f := figures(scrape(port), run)).get("report_sequence") == 1 and f,
             timeout=30, what="the Running report on /metrics")
         assert seen.pop("last_report_timestamp_seconds") > 0
-        # No kl (klCoef 0) and no checkpoint yet: no series rather than a made-up value.
+        # No kl (klCoef 0), no checkpoint yet, no old-logprob pass: no series rather than a
+        # made-up value.
         assert seen == {
             "state": "Running", "activity": "Training", "attempt": 2, "report_sequence": 1,
             "step_seconds": 4.0, "remaining_seconds": 16.0,
             "planned_steps": 5, "completed_steps": 1,
-            "prompt_tokens": 448, "generated_tokens": 256,
+            "prompt_tokens_total": 448, "generated_tokens_total": 256,
             "reward_mean": 0.25, "reward_std": 0.5, "tokens_per_second": 128.0,
             "rollout_sealed_groups": 0, "rollout_reused_groups": 0,
             "rollout_abandoned_attempts": 0, "rollout_batch_shortfall": 0,
+            "entropy_nats": 2.5, "approx_kl": 0.001, "policy_loss": -0.03, "grad_norm": 0.75,
+            "learning_rate": 1e-5, "logprob_mismatch": 0.002,
+            "response_length_mean_tokens": 12.5, "response_length_max_tokens": 32,
+            "truncated_responses_ratio": 0.25, "skipped_updates": 0,
+            "clipped_tokens_ratio[high]": 0.125, "clipped_tokens_ratio[low]": 0.0625,
+            "clipped_tokens_ratio[dual]": 0.0,
+            "phase_seconds[generate]": 2.0, "phase_seconds[reward]": 0.25,
+            "phase_seconds[ref_logprobs]": 0.5, "phase_seconds[update]": 1.0,
+            "phase_seconds[sync]": 0.125, "phase_seconds[step]": 4.0,
         }
+        # Every name, type and help text as Prometheus's own lint wants them.
+        assert check_metrics(ensure_built() / "promtool", exposition(port)) == []
 
         release.touch()
         wait_for(suspended.exists, timeout=30, what="the trainer's Suspended report")
@@ -121,7 +149,7 @@ def test_metrics_show_the_newest_relayed_report(ray_head, tmp_path):
     finally:
         end.touch()  # the trainer ends, whatever failed above
     assert driver.wait() == ExitCode.SUSPENDED, driver.stderr
-    assert f"serving the trainer's report figures at :{port}/metrics" in driver.stderr
+    assert f"serving the trainer's report figures at 0.0.0.0:{port}/metrics" in driver.stderr
 
 
 def test_a_port_that_cannot_be_bound_costs_the_metrics_not_the_run(ray_head, tmp_path):

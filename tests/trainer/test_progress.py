@@ -3,8 +3,10 @@ activity with when it began; the time left paced on the attempt's last steps."""
 
 from __future__ import annotations
 
+import datetime
 import io
 from dataclasses import replace
+from pathlib import Path
 
 from grpo_operator.api.constants import TrainerActivity
 from grpo_operator.api.report import TrainerState, parse_report
@@ -13,12 +15,14 @@ from grpo_trainer.reporting import REPORT_MARKER, Reporter, parse_report_line
 from grpo_trainer.step_metrics import StepMetrics
 
 STEP = StepMetrics(
-    step=0, reward_mean=0.5, reward_std=0.1, kl=None, clip_frac=0.0, dual_clip_frac=0.0,
-    pg_loss=0.0, loss=0.0, entropy=1.0, approx_kl=0.0, max_abs_log_ratio=0.0,
-    logprob_mismatch=0.0, grad_norm=1.0, optimizer_steps=1, skipped_steps=0,
-    response_length_mean=4.0, truncated_fraction=0.0, prompt_tokens=8, generated_tokens=8,
-    tokens_per_second=8.0, time_generate_s=0.0, time_reward_s=0.0, time_learn_s=0.0,
-    time_sync_s=0.0, time_step_s=0.0)
+    step=0, reward_mean=0.5, reward_std=0.1, kl=None, clip_frac_high=0.0, clip_frac_low=0.0,
+    dual_clip_frac=0.0, pg_loss=0.0, loss=0.0, entropy=1.0, approx_kl=0.0,
+    max_abs_log_ratio=0.0, logprob_mismatch=0.0, grad_norm=1.0, learning_rate=1e-5,
+    optimizer_steps=1, skipped_steps=0, response_length_mean=4.0, response_length_max=6,
+    truncated_fraction=0.0, prompt_tokens=8, generated_tokens=8, tokens_per_second=8.0,
+    time_generate_s=0.0, time_reward_s=0.0, time_learn_s=0.0, time_old_logprobs_s=None,
+    time_ref_logprobs_s=None, time_update_s=0.0, time_sync_s=0.0, time_step_s=0.0)
+NOW = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
 
 
 def _reports(out: io.StringIO):
@@ -59,3 +63,31 @@ def test_the_time_left_follows_the_last_steps_pace():
     steps_left = 20 - (1 + PACE_STEPS)
     assert (last.step_seconds, last.remaining_seconds) == (10.0, 10.0 * steps_left)
     assert last.since == since  # still the same activity
+
+
+def test_each_running_report_carries_its_steps_figures_and_its_checkpoints_time():
+    out = io.StringIO()
+    progress = RunProgress(Reporter(attempt=1, stream=out), planned_steps=3)
+    progress.doing(TrainerActivity.TRAINING)
+    progress.record_step(None, replace(STEP, step=1, clip_frac_high=0.25, time_update_s=1.5,
+                                       time_ref_logprobs_s=0.5, grad_norm=float("inf")))
+    progress.checkpointed(1, Path("/c/step_1"), "a" * 64, NOW, write_seconds=2.0)
+    progress.running()
+    progress.record_step(None, replace(STEP, step=2))
+    progress.checkpointed(1, Path("/c/step_1"), "a" * 64, NOW)  # an older one: not step 2's
+    progress.running()
+    first, second = (r.last_step for r in _reports(out)[1:])
+    assert (first.step, first.clip_fraction_high, first.response_length_max) == (1, 0.25, 6)
+    assert first.grad_norm is None  # every update skipped: no norm rather than infinity
+    assert (first.seconds.update, first.seconds.ref_logprobs, first.seconds.old_logprobs,
+            first.seconds.checkpoint) == (1.5, 0.5, None, 2.0)
+    assert (second.step, second.seconds.checkpoint, second.grad_norm) == (2, None, 1.0)
+
+
+def test_a_step_whose_figures_do_not_fit_the_report_costs_the_figures_not_the_step():
+    out = io.StringIO()
+    progress = RunProgress(Reporter(attempt=1, stream=out), planned_steps=3)
+    progress.record_step(None, replace(STEP, step=1, approx_kl=float("nan")))
+    progress.running()
+    (report,) = [r for r in _reports(out) if r.state == TrainerState.RUNNING]
+    assert report.last_step is None and report.ledger.completed_steps == 1

@@ -18,6 +18,7 @@ Checkpoint contents (``step_N/``, sealed by ``checkpoint.CheckpointStore``): ``m
 directory), ``learner/rank_<r>.pt`` (optimizer + RNG per rank), ``trainer.json`` (step, sampler,
 driver RNG), ``ledgers.json`` (``cost``: the report's ledger; ``rollout``: the rollout-ledger
 state, validated strictly on load), ``run-config.json`` (the attempt's run config, a record).
+Beside the checkpoints: the rollout journal and the TensorBoard event files (``board``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from grpo_operator.api.constants import Reason, TrainerActivity
 from grpo_operator.api.exit_codes import ExitCode
 from grpo_operator.api.run_config import ResumeMode, RunConfig
 from grpo_operator.api.status import TrainerLedger
+from grpo_trainer.board import TrainingBoard
 from grpo_trainer.budget import TokenBudget
 from grpo_trainer.checkpoint import CheckpointStore, SavedCheckpoint, copy_sealed_model
 from grpo_trainer.data import DatasetError
@@ -96,10 +99,21 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
         return _fail(progress, Reason.BUDGET_EXHAUSTED, refusal, ExitCode.BUDGET_EXHAUSTED)
 
     # 4. Train.
+    board = TrainingBoard(Path(store.layout.tensorboard_dir), first_step=step + 1)
+
     def save(trainer) -> SavedCheckpoint:
         progress.doing(TrainerActivity.CHECKPOINTING)
-        saved = store.save(trainer.step, lambda d: _write(d, config, trainer, progress, journal))
-        progress.checkpointed(saved.step, saved.path, saved.sha256, saved.time)
+        started: list[float] = []  # set when this call writes (a step is never rewritten)
+
+        def write(directory: Path) -> None:
+            started.append(time.perf_counter())
+            _write(directory, config, trainer, progress, journal)
+
+        saved = store.save(trainer.step, write)
+        seconds = time.perf_counter() - started[0] if started else None
+        progress.checkpointed(saved.step, saved.path, saved.sha256, saved.time, seconds)
+        if seconds is not None:
+            board.checkpointed(saved.step, seconds)
         _prune_journal(store, journal)
         return saved
 
@@ -116,7 +130,9 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
     try:
         with start(rollouts=rollouts, gates=gates, on_tokens=progress.add_tokens,
                    interrupt=lambda: bool(stop),
-                   after_step=[progress.record_step, periodic, progress.running]) as trainer:
+                   after_step=[progress.record_step,
+                               lambda t, metrics: board.record(metrics, progress.last_step),
+                               periodic, progress.running]) as trainer:
             if checkpoint is not None:
                 trainer.learners.load_state(str(checkpoint.path))
                 trainer.load_state_dict(trainer_state)
@@ -139,6 +155,7 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
         return ExitCode.WEIGHT_SYNC_MISMATCH
     finally:
         journal.close()
+        board.close()
     if trainer.stopped and stop:
         progress.suspended()
         log.warning("suspended at step %d (checkpoint %s)", final.step, final.path)

@@ -13,7 +13,7 @@ from pathlib import Path
 from grpo_operator.api.checkpoint_layout import DIGEST_MANIFEST_FILE
 from grpo_operator.api.constants import Outcome, Reason, TrainerActivity
 from grpo_operator.api.digest import DigestManifest
-from grpo_operator.api.report import ReportError, TrainerState
+from grpo_operator.api.report import ReportError, StepFigures, TrainerState
 from grpo_operator.api.status import (
     MAX_MESSAGE_LENGTH,
     MAX_REMAINING_SECONDS,
@@ -46,6 +46,7 @@ class RunProgress:
         self.activity = TrainerActivity.VERIFYING_INPUTS
         self.activity_since = _now()
         self._step_seconds: deque[float] = deque(maxlen=PACE_STEPS)
+        self.last_step: StepFigures | None = None
 
     def doing(self, activity: TrainerActivity) -> None:
         """Say what the trainer is now busy with. The trainer is Starting until it trains,
@@ -70,6 +71,11 @@ class RunProgress:
         led.kl = metrics.kl
         led.tokens_per_second = metrics.tokens_per_second
         self._step_seconds.append(metrics.time_step_s)
+        try:
+            self.last_step = metrics.figures()
+        except ValueError as err:  # a non-finite loss, say: the report goes without figures
+            log.warning("step %d's figures do not fit the report: %s", metrics.step, err)
+            self.last_step = None
 
     def running(self, trainer=None, metrics: StepMetrics | None = None) -> None:
         """After-step hook (last): publish the Running report."""
@@ -82,10 +88,16 @@ class RunProgress:
             activity=self.activity, since=self.activity_since, step_seconds=pace,
             remaining_seconds=None if pace is None else min(pace * left, MAX_REMAINING_SECONDS))
 
-    def checkpointed(self, step: int, path: Path, sha256: str,
-                     time: datetime.datetime) -> None:
+    def checkpointed(self, step: int, path: Path, sha256: str, time: datetime.datetime,
+                     write_seconds: float | None = None) -> None:
+        """The newest complete checkpoint (``write_seconds``: this attempt wrote it, in that
+        time; it counts in its step's figures)."""
         self.recovery.last_checkpoint = CheckpointRef(step=step, path=str(path), sha256=sha256,
                                                       time=time)
+        last = self.last_step
+        if write_seconds is not None and last is not None and last.step == step:
+            self.last_step = last.model_copy(update={
+                "seconds": last.seconds.model_copy(update={"checkpoint": write_seconds})})
 
     def suspended(self) -> None:
         self._publish(TrainerState.SUSPENDED)
@@ -121,7 +133,8 @@ class RunProgress:
             self.recovery.rollout = RolloutReuse(**self.rollouts.counts.model_dump())
         try:
             self.reporter.publish(state, self.ledger, self.recovery, terminal=terminal,
-                                  failure=failure, progress=self.progress())
+                                  failure=failure, progress=self.progress(),
+                                  last_step=self.last_step)
         except (OSError, ReportError, ValueError) as err:
             log.warning("could not publish the %s report: %s", state, err)
 

@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import NamedTuple, TextIO
 
-from grpo_operator.api.report import Report, TrainerState
+from grpo_operator.api.report import Report, StepFigures, TrainerState
 from grpo_operator.api.status import (
     AttemptFailure,
     ReportCursor,
@@ -96,6 +96,7 @@ class Reporter:
         terminal: TrainerTerminal | None = None,
         failure: AttemptFailure | None = None,
         progress: TrainerProgress | None = None,
+        last_step: StepFigures | None = None,
     ) -> Report:
         """Write the next report (``failure``: why this attempt ends, when it is retryable)."""
         with self._lock:
@@ -108,6 +109,7 @@ class Reporter:
                 ledger=ledger,
                 recovery=recovery or TrainerRecovery(),
                 progress=progress,
+                last_step=last_step,
                 terminal=terminal,
                 failure=failure,
             )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
+
+from grpo_operator.api.report import PhaseSeconds, StepFigures
 
 
 @dataclass(frozen=True)
@@ -18,7 +21,8 @@ class StepMetrics:
     reward_mean: float
     reward_std: float
     kl: float | None
-    clip_frac: float  # clip_frac_high + clip_frac_low (verl's pg_clipfrac)
+    clip_frac_high: float  # tokens clipped at 1 + clipRatioHigh (positive advantage)
+    clip_frac_low: float  # tokens clipped at 1 - clipRatioLow (negative advantage)
     dual_clip_frac: float
     pg_loss: float
     loss: float
@@ -27,20 +31,56 @@ class StepMetrics:
     max_abs_log_ratio: float  # max |logp - old| seen on a response token
     logprob_mismatch: float  # mean |learner old logprob - engine logprob| per token
     grad_norm: float  # before clipping, mean over the updates
+    learning_rate: float
     optimizer_steps: int
     skipped_steps: int  # updates dropped for a non-finite gradient
     response_length_mean: float
+    response_length_max: int
     truncated_fraction: float  # completions that hit maxResponseTokens
     prompt_tokens: int
     generated_tokens: int
     tokens_per_second: float  # generated tokens / whole step time
     time_generate_s: float
     time_reward_s: float
-    time_learn_s: float
+    time_learn_s: float  # the whole learner call: the passes below, transfers and waits
+    time_old_logprobs_s: float | None  # None: the update's own forward supplied them
+    time_ref_logprobs_s: float | None  # None: no reference model
+    time_update_s: float  # forward/backward passes and optimizer steps
     time_sync_s: float
     time_step_s: float
     prompt_indices: tuple[int, ...] = ()  # the sampled dataset rows (sampler order)
     scores: tuple[float, ...] = ()  # every completion's reward, group by group
+
+    @property
+    def clip_frac(self) -> float:
+        """Both sides' clipped share (verl's pg_clipfrac)."""
+        return self.clip_frac_high + self.clip_frac_low
+
+    def figures(self, checkpoint_s: float | None = None) -> StepFigures:
+        """The report's form (``checkpoint_s``: the step's checkpoint write, if it wrote one).
+        Shares are clamped to [0, 1] against rounding; a non-finite gradient norm is left out
+        (every update was skipped)."""
+        return StepFigures(
+            step=self.step,
+            clip_fraction_high=_share(self.clip_frac_high),
+            clip_fraction_low=_share(self.clip_frac_low),
+            dual_clip_fraction=_share(self.dual_clip_frac),
+            entropy=max(0.0, self.entropy),
+            approx_kl=self.approx_kl,
+            policy_loss=self.pg_loss,
+            grad_norm=self.grad_norm if math.isfinite(self.grad_norm) else None,
+            learning_rate=self.learning_rate,
+            logprob_mismatch=self.logprob_mismatch,
+            response_length_mean=self.response_length_mean,
+            response_length_max=self.response_length_max,
+            truncated_fraction=_share(self.truncated_fraction),
+            skipped_updates=self.skipped_steps,
+            seconds=PhaseSeconds(
+                generate=self.time_generate_s, reward=self.time_reward_s,
+                old_logprobs=self.time_old_logprobs_s, ref_logprobs=self.time_ref_logprobs_s,
+                update=self.time_update_s, sync=self.time_sync_s, checkpoint=checkpoint_s,
+                step=self.time_step_s),
+        )
 
     def to_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
@@ -55,3 +95,7 @@ class StepMetrics:
             f"sync {self.time_sync_s:.2f}s mismatch {self.logprob_mismatch:.2e}"
             + (f" skipped {self.skipped_steps}" if self.skipped_steps else "")
         )
+
+
+def _share(value: float) -> float:
+    return min(1.0, max(0.0, value))

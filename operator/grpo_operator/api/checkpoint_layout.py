@@ -11,6 +11,7 @@
         artifact/                      the final model (Hugging Face directory) and its
                                        digest-manifest.txt
         rollouts/                      append-only journal of sealed rollouts
+        tensorboard/                   TensorBoard event files, one file per attempt
 
 `latest` holds one line, the directory name and a newline: `step_N\\n`. It is replaced
 atomically (write `latest.tmp`, fsync, rename) after step_N/ is complete. Resume picks the
@@ -29,6 +30,7 @@ TMP_SUFFIX = ".tmp"
 LATEST_FILE = "latest"
 ARTIFACT_DIR = "artifact"
 ROLLOUT_JOURNAL_DIR = "rollouts"
+TENSORBOARD_DIR = "tensorboard"
 MODEL_SUBDIR = "model"
 DIGEST_MANIFEST_FILE = "digest-manifest.txt"
 
@@ -100,6 +102,10 @@ class CheckpointLayout:
     @property
     def journal_dir(self) -> PurePosixPath:
         return self.root / ROLLOUT_JOURNAL_DIR
+
+    @property
+    def tensorboard_dir(self) -> PurePosixPath:
+        return self.root / TENSORBOARD_DIR
 
 
 def complete_steps(run_dir: Path) -> list[int]:

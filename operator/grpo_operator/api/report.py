@@ -23,15 +23,19 @@ from __future__ import annotations
 import hashlib
 import hmac
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field, ValidationError
+from pydantic import Field, StrictFloat, ValidationError
 
 from grpo_operator.api.base import ApiModel, Rule, Timestamp, schema_version_type
 from grpo_operator.api.status import (
     Attempt,
     AttemptFailure,
     Count,
+    Finite,
+    NonNegative,
     ReportCursor,
+    Step,
     TrainerLedger,
     TrainerProgress,
     TrainerRecovery,
@@ -69,6 +73,68 @@ class TrainerState(StrEnum):
     """Ended; `terminal` says how."""
 
 
+Fraction = Annotated[StrictFloat, Field(allow_inf_nan=False, ge=0, le=1)]
+
+
+class PhaseSeconds(ApiModel):
+    """How long the phases of a step took, in seconds."""
+
+    generate: NonNegative
+    """Generating the step's completions (rollouts reused from the journal take none)."""
+    reward: NonNegative
+    """Scoring them (the reward function's own time)."""
+    old_logprobs: NonNegative | None = None
+    """The old policy's logprob pass; unset when the update's own forward supplied them (one
+    optimizer step per batch)."""
+    ref_logprobs: NonNegative | None = None
+    """The reference model's logprob pass; unset without a reference (klCoef 0)."""
+    update: NonNegative
+    """Forward/backward passes and optimizer steps."""
+    sync: NonNegative
+    """Putting the new weights into the rollout engines."""
+    checkpoint: NonNegative | None = None
+    """Writing the checkpoint of this step; unset when the step wrote none."""
+    step: NonNegative
+    """The whole step, checkpoint excluded."""
+
+
+class StepFigures(ApiModel):
+    """The learner's and the rollouts' figures of one step (means over the step's optimizer
+    updates; lengths over its completions)."""
+
+    step: Step
+    """The step they are of (1-based: steps completed)."""
+    clip_fraction_high: Fraction
+    """Response tokens whose ratio was clipped above (positive advantage)."""
+    clip_fraction_low: Fraction
+    """Response tokens whose ratio was clipped below (negative advantage)."""
+    dual_clip_fraction: Fraction
+    """Response tokens the dual clip bounded (negative advantage, ratio past clipRatioC)."""
+    entropy: NonNegative
+    """Mean per-token entropy of the policy, in nats."""
+    approx_kl: Finite
+    """Mean k1 estimate of KL(old policy, current policy) over response tokens."""
+    policy_loss: Finite
+    """The policy-gradient term of the loss."""
+    grad_norm: NonNegative | None = None
+    """Mean gradient norm before clipping; unset when no update had a finite one."""
+    learning_rate: NonNegative
+    """The optimizer's learning rate."""
+    logprob_mismatch: NonNegative
+    """Mean |learner − engine| logprob per response token (nats): how far the rollouts'
+    sampling probabilities are from the learner's."""
+    response_length_mean: NonNegative
+    """Mean completion length, in tokens."""
+    response_length_max: Count
+    """Longest completion, in tokens."""
+    truncated_fraction: Fraction
+    """Completions cut at maxResponseTokens."""
+    skipped_updates: Count
+    """Optimizer updates dropped for a non-finite gradient."""
+    seconds: PhaseSeconds
+    """Where the step's time went."""
+
+
 def _steps_consistent(r: Report) -> bool:
     done = r.ledger.completed_steps
     checkpoint = r.recovery.last_checkpoint
@@ -99,6 +165,8 @@ class Report(ApiModel):
     """Checkpoints and rollout reuse."""
     progress: TrainerProgress | None = None
     """What the trainer is doing and how long the rest should take."""
+    last_step: StepFigures | None = None
+    """The figures of this attempt's latest step (unset before its first)."""
     terminal: TrainerTerminal | None = None
     """Set exactly when state is Finished."""
     failure: AttemptFailure | None = None

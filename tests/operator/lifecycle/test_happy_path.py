@@ -5,6 +5,8 @@ trainer on the CPU reporting into status, Succeeded with the artifact's digest, 
 from __future__ import annotations
 
 import re
+import time
+import urllib.request
 
 import pytest
 
@@ -12,6 +14,10 @@ from demo import __main__ as demo
 from demo import inputs
 from grpo_operator.api.checkpoint_layout import DIGEST_MANIFEST_FILE
 from grpo_operator.api.digest import DigestManifest
+from localcluster.dashboard import dashboard_queries, load_dashboard
+from localcluster.prometheus import PrometheusServer, check_metrics
+from tests.operator.conftest import METRICS_URL
+from tests.trainer.tensorboard_events import scalars as read_scalars
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -44,11 +50,48 @@ def _get_grpo_rows(shown: str, name: str) -> tuple[list[str], list[str]]:
     return header, row
 
 
+def _series_values(result: list[dict]) -> dict[float, float]:
+    """The one series of a range query, as {time: value}."""
+    assert len(result) == 1, result
+    return {float(t): float(v) for t, v in result[0]["values"]}
+
+
+def _assert_scraped(prometheus: PrometheusServer, namespace: str, name: str, since: float,
+                    rewards: dict[int, float]) -> None:
+    """What a real Prometheus scraped from the operator and, found through the PodMonitor's
+    pod discovery, the run's driver: steps and rewards that are the trainer's own, at every
+    scrape; then every query of the dashboard answered."""
+    run = f'namespace="{namespace}", name="{name}"'
+    now = time.time()
+    steps = _series_values(prometheus.query_range(
+        f"grpo_trainer_completed_steps{{{run}}}", since, now, 1))
+    reward = _series_values(prometheus.query_range(
+        f"grpo_trainer_reward_mean{{{run}}}", since, now, 1))
+    assert max(steps.values()) >= 1, steps
+    for at, value in reward.items():  # both from the same report at the same scrape
+        assert value == pytest.approx(rewards[int(steps[at])], rel=1e-6), (at, steps[at])
+    # While the driver was up (its target goes, and its series go stale, once it exits).
+    alive = max(steps)
+    queries = dashboard_queries(load_dashboard(), {
+        "namespace": namespace, "run": name, "__rate_interval": "1m",
+        "datasource": "prometheus"})
+    empty = [q for q in queries if not prometheus.query(q, at=alive)]
+    assert not empty, f"{len(empty)} of {len(queries)} dashboard queries return no series: {empty}"
+    assert check_metrics(prometheus.bin_dir / "promtool", _get(METRICS_URL)) == []
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return reply.read().decode()
+
+
 def test_the_tiny_example_trains_to_success_and_cleans_up(cluster, operator, runs, tmp_path,
-                                                          capsys):
+                                                          capsys, prometheus):
     """This is also `make demo`, shortened: the demo's own code applies and follows the run."""
     body = inputs.relocate(inputs.load_example(), tmp_path)
+    body["spec"]["budget"]["maxGPUHours"] = 10  # so that the dashboard's budget panel has one
     name, steps = body["metadata"]["name"], body["spec"]["algorithm"]["maxSteps"]
+    since = time.time()
     code = demo.run(cluster, body, tmp_path / "demo", timeout=600, namespace=runs.namespace)
     shown = capsys.readouterr().out
     status = runs.status(name)
@@ -76,6 +119,15 @@ def test_the_tiny_example_trains_to_success_and_cleans_up(cluster, operator, run
     assert ledger["budgetRemaining"]["generatedTokens"] == (
         body["spec"]["budget"]["maxGeneratedTokens"] - ledger["generatedTokens"]
     )
+    # The trainer's TensorBoard records, one per step, beside the checkpoints; Prometheus's
+    # scrapes of the driver agree with them.
+    board = read_scalars(tmp_path / "checkpoints" / run["metadata"]["uid"] / "tensorboard")
+    assert [step for step, _ in board["reward/mean"]] == list(range(1, steps + 1))
+    assert [step for step, _ in board["seconds/checkpoint"]] == list(range(1, steps + 1))
+    assert {"seconds/ref_logprobs", "seconds/old_logprobs", "train/grad_norm",
+            "train/entropy", "kl/reference"} <= set(board)
+    _assert_scraped(prometheus, runs.namespace, name, since, dict(board["reward/mean"]))
+
     artifact = tmp_path / "checkpoints" / run["metadata"]["uid"] / "artifact"
     assert terminal["outcome"] == "Succeeded"
     assert terminal["artifact"]["path"] == f"/checkpoints/{run['metadata']['uid']}/artifact"

@@ -15,6 +15,7 @@ from grpo_operator.api.report import TrainerState
 from grpo_operator.api.run_config import ResumeMode
 from grpo_trainer.checkpoint import CheckpointStore
 from grpo_trainer.journal.journal import Journal
+from tests.trainer.tensorboard_events import scalars as read_scalars
 
 from .conftest import ScriptedReward, crash
 
@@ -74,6 +75,18 @@ def test_crash_after_a_checkpoint_then_resume_matches_an_uninterrupted_run(run_a
     # Every token generated counts, the discarded ones too.
     assert c.last.ledger.generated_tokens == a.last.ledger.generated_tokens + discarded_tokens
     assert c.last.terminal.artifact.sha256 == a.last.terminal.artifact.sha256
+
+    # The step figures of the reports and the TensorBoard records are the steps' own; B's
+    # record of step 3 (past its checkpoint) is replaced by C's, not doubled.
+    figures = [r.last_step for r in c.reports if r.last_step is not None]
+    assert {f.step for f in figures} == {3, 4}
+    assert figures[-1].response_length_max == c.steps[-1].response_length_max > 0
+    assert figures[-1].seconds.checkpoint > 0  # step 4 wrote one
+    board = read_scalars(b_dir / "tensorboard")
+    assert [step for step, _ in board["reward/mean"]] == [1, 2, 3, 4]
+    assert [value for _, value in board["reward/mean"]] == pytest.approx(
+        [m.reward_mean for m in a.steps])
+    assert [step for step, _ in board["seconds/checkpoint"]] == [2, 4]
 
 
 def test_a_corrupted_newest_checkpoint_is_skipped_and_tmp_is_never_used(run_attempt, tmp_path):

@@ -174,9 +174,10 @@ def _metrics_relay(config, port: int | None, log: logging.Logger):
     from grpo_trainer.driver.relay import ReportRelay
 
     gauges = ReportGauges(config.run.namespace, config.run.name)
-    if serve(gauges, port) is None:
+    address = settings.metrics_address(dict(os.environ))
+    if serve(gauges, port, address) is None:
         return None
-    log.info("serving the trainer's report figures at :%d/metrics", port)
+    log.info("serving the trainer's report figures at %s:%d/metrics", address, port)
     return ReportRelay(gauges)
 
 

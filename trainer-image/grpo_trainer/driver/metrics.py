@@ -4,6 +4,11 @@ The relay hands every report newer than the last one it took to `ReportGauges` (
 a scrape reads the newest one. Before the first report there are no ``grpo_trainer_*`` series
 at all, and a figure the report leaves out (no step yet, no checkpoint yet) has no series rather
 than a made-up value. Every series carries the run's ``namespace`` and ``name``.
+
+The token counts are counters (``_total``): they only grow over a run's attempts, so
+``rate()`` gives tokens per second. Steps completed is a gauge: a resumed attempt may go back
+to its checkpoint's step. The step's figures (``lastStep`` of the report) are gauges of the
+newest step; a figure with several parts (clip bounds, phases) is one family with a label.
 """
 
 from __future__ import annotations
@@ -13,10 +18,10 @@ from collections.abc import Callable, Iterator
 from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from grpo_operator.api.constants import TrainerActivity
-from grpo_operator.api.report import Report, TrainerState, parse_report
+from grpo_operator.api.report import PhaseSeconds, Report, StepFigures, TrainerState, parse_report
 
 log = logging.getLogger("grpo_trainer.driver")
 
@@ -34,10 +39,6 @@ FIGURES: tuple[tuple[str, str, Callable[[Report], float | None]], ...] = (
      lambda r: r.ledger.planned_steps),
     ("completed_steps", "Optimizer steps completed, over all attempts.",
      lambda r: r.ledger.completed_steps),
-    ("prompt_tokens", "Prompt tokens sent to the rollout engines, over all attempts.",
-     lambda r: r.ledger.prompt_tokens),
-    ("generated_tokens", "Completion tokens generated, over all attempts, discarded work "
-     "included.", lambda r: r.ledger.generated_tokens),
     ("reward_mean", "Mean reward of the last step.", lambda r: r.ledger.reward_mean),
     ("reward_std", "Standard deviation of the rewards of the last step.",
      lambda r: r.ledger.reward_std),
@@ -60,6 +61,36 @@ FIGURES: tuple[tuple[str, str, Callable[[Report], float | None]], ...] = (
     ("remaining_seconds", "Estimated time the steps left take, at the last steps' pace.",
      lambda r: r.progress.remaining_seconds if r.progress else None),
 )
+COUNTERS: tuple[tuple[str, str, Callable[[Report], float]], ...] = (
+    ("prompt_tokens", "Prompt tokens sent to the rollout engines, over all attempts.",
+     lambda r: r.ledger.prompt_tokens),
+    ("generated_tokens", "Completion tokens generated, over all attempts, discarded work "
+     "included.", lambda r: r.ledger.generated_tokens),
+)
+STEP_FIGURES: tuple[tuple[str, str, Callable[[StepFigures], float | None]], ...] = (
+    ("entropy_nats", "Mean per-token entropy of the policy in the last step.",
+     lambda f: f.entropy),
+    ("approx_kl", "Mean KL estimate (k1) between the old and the updated policy in the last "
+     "step.", lambda f: f.approx_kl),
+    ("policy_loss", "Policy-gradient loss of the last step.", lambda f: f.policy_loss),
+    ("grad_norm", "Mean gradient norm before clipping in the last step.",
+     lambda f: f.grad_norm),
+    ("learning_rate", "The optimizer's learning rate in the last step.",
+     lambda f: f.learning_rate),
+    ("logprob_mismatch", "Mean |learner - engine| logprob per response token in the last "
+     "step (nats).", lambda f: f.logprob_mismatch),
+    ("response_length_mean_tokens", "Mean completion length in the last step.",
+     lambda f: f.response_length_mean),
+    ("response_length_max_tokens", "Longest completion in the last step.",
+     lambda f: f.response_length_max),
+    ("truncated_responses_ratio", "Share of the last step's completions cut at "
+     "maxResponseTokens.", lambda f: f.truncated_fraction),
+    ("skipped_updates", "Optimizer updates of the last step dropped for a non-finite "
+     "gradient.", lambda f: f.skipped_updates),
+)
+CLIP_BOUNDS = {"high": "clip_fraction_high", "low": "clip_fraction_low",
+               "dual": "dual_clip_fraction"}
+PHASES = tuple(PhaseSeconds.model_fields)  # generate, reward, ..., checkpoint, step
 
 
 class ReportGauges:
@@ -74,20 +105,49 @@ class ReportGauges:
         `ReportError`, which the relay logs, and the previous report stays."""
         self._report = parse_report(report_json)
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         report = self._report  # one report per scrape, whatever the relay does meanwhile
         if report is None:
             return
         for name, documentation, figure in FIGURES:
-            value = figure(report)
-            if value is not None:
-                gauge = GaugeMetricFamily(PREFIX + name, documentation, labels=LABELS)
-                gauge.add_metric(self._labels, float(value))
-                yield gauge
+            yield from self._gauge(name, documentation, figure(report))
+        for name, documentation, figure in COUNTERS:
+            counter = CounterMetricFamily(PREFIX + name, documentation, labels=LABELS)
+            counter.add_metric(self._labels, float(figure(report)))
+            yield counter
         yield self._one_of("state", "the trainer's state", TrainerState, report.state)
         if report.progress is not None:
             yield self._one_of("activity", "what the trainer is busy with", TrainerActivity,
                                report.progress.activity)
+        if report.last_step is not None:
+            yield from self._step(report.last_step)
+
+    def _step(self, figures: StepFigures) -> Iterator[Metric]:
+        for name, documentation, figure in STEP_FIGURES:
+            yield from self._gauge(name, documentation, figure(figures))
+        clipped = GaugeMetricFamily(
+            PREFIX + "clipped_tokens_ratio", "Share of the last step's response tokens whose "
+            "probability ratio was clipped, by bound (high, low, dual clip).",
+            labels=[*LABELS, "bound"])
+        for bound, field in CLIP_BOUNDS.items():
+            clipped.add_metric([*self._labels, bound], getattr(figures, field))
+        yield clipped
+        phases = GaugeMetricFamily(
+            PREFIX + "phase_seconds", "Duration of each phase of the last step (step: the "
+            "whole step, checkpoint excluded); a phase the step did not run has no series.",
+            labels=[*LABELS, "phase"])
+        for phase in PHASES:
+            seconds = getattr(figures.seconds, phase)
+            if seconds is not None:
+                phases.add_metric([*self._labels, phase], seconds)
+        yield phases
+
+    def _gauge(self, name: str, documentation: str,
+               value: float | None) -> Iterator[GaugeMetricFamily]:
+        if value is not None:
+            gauge = GaugeMetricFamily(PREFIX + name, documentation, labels=LABELS)
+            gauge.add_metric(self._labels, float(value))
+            yield gauge
 
     def _one_of(self, label: str, what: str, values: type[StrEnum],
                 current: StrEnum) -> GaugeMetricFamily:

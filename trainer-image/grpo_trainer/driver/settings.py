@@ -29,6 +29,9 @@ STOP_TIMEOUT_ENV = "GRPO_DRIVER_STOP_TIMEOUT_S"
 """Overrides the driver's default stop timeout."""
 METRICS_PORT_ENV = "GRPO_DRIVER_METRICS_PORT"
 """Overrides the port of the driver's ``/metrics`` (0: no endpoint)."""
+METRICS_ADDRESS_ENV = "GRPO_DRIVER_METRICS_ADDRESS"
+"""The address the driver's ``/metrics`` listens on (default: every address of the pod). A
+host running several drivers without network namespaces gives each its own."""
 
 # --- Stopping -------------------------------------------------------------------------------------
 
@@ -62,6 +65,10 @@ def default_metrics_port(environ: dict[str, str]) -> int:
     port); ValueError when the variable is not a port number."""
     text = environ.get(METRICS_PORT_ENV)
     return parse_port(text) if text else DRIVER_METRICS_PORT
+
+
+def metrics_address(environ: dict[str, str]) -> str:
+    return environ.get(METRICS_ADDRESS_ENV) or "0.0.0.0"
 
 
 # --- The submission -------------------------------------------------------------------------------

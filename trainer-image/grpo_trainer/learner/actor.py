@@ -8,8 +8,11 @@ and reads the (all-reduced, hence identical) metrics from any of them.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -30,6 +33,7 @@ from grpo_trainer.rollout.weight_transport import (
 
 LEARNER_SUBDIR = "learner"
 """A checkpoint's per-rank optimizer and RNG states (``rank_<r>.pt``)."""
+T = TypeVar("T")
 TEST_DROP_WEIGHT_ENV = "GRPO_TEST_DROP_WEIGHT"
 """Test hook (see ``LearnerRank.weight_group_address``)."""
 
@@ -108,24 +112,35 @@ class LearnerRank:
         return {k: v.to(self.device) for k, v in batch.items()}
 
     def update(self, shard: dict[str, Tensor], plan: UpdatePlan) -> dict[str, float]:
-        """Old-policy (and reference) logprobs, then the epochs of updates on ``shard``."""
+        """Old-policy (and reference) logprobs, then the epochs of updates on ``shard``; the
+        metrics carry each pass's seconds (``time_old_logprobs_s`` and ``time_ref_logprobs_s``
+        only for the passes that ran, ``time_update_s``)."""
         shard = self._on_device(shard)
         temperature = self.settings.algorithm.temperature
+        times: dict[str, float] = {}
         # Old-policy logprobs come from the learner itself (detached); the engine's only feed the
         # mismatch metric and its parity guard. With one optimizer step per batch the policy has
         # not moved when the update's own forward runs, so that forward supplies them
         # (``update_policy``) and a whole no-grad pass is saved.
         if not plan.single_step(shard["input_ids"].shape[0]):
-            shard["old_log_prob"] = batched_logprobs(
-                self.model, shard, temperature, plan.micro_batch_size
-            )
+            shard["old_log_prob"], times["time_old_logprobs_s"] = self._timed(
+                lambda: batched_logprobs(self.model, shard, temperature, plan.micro_batch_size))
         if self.reference is not None:
-            shard["ref_log_prob"] = batched_logprobs(
-                self.reference, shard, temperature, plan.micro_batch_size
-            )
-        return update_policy(
-            self.model, self.optimizer, shard, plan, self.settings.algorithm, self.dp
-        )
+            shard["ref_log_prob"], times["time_ref_logprobs_s"] = self._timed(
+                lambda: batched_logprobs(self.reference, shard, temperature,
+                                         plan.micro_batch_size))
+        metrics, times["time_update_s"] = self._timed(lambda: update_policy(
+            self.model, self.optimizer, shard, plan, self.settings.algorithm, self.dp))
+        return {**metrics, **times}
+
+    def _timed(self, work: Callable[[], T]) -> tuple[T, float]:
+        """``work()`` and its seconds (on a GPU, until its kernels are done: they run
+        asynchronously)."""
+        start = time.perf_counter()
+        result = work()
+        if self.settings.use_gpu:
+            torch.cuda.synchronize()
+        return result, time.perf_counter() - start
 
     def logprobs(self, batch: dict[str, Tensor], reference: bool = False) -> Tensor:
         """(N, Tr) logprobs of ``batch``'s responses under the policy or the reference."""

@@ -178,4 +178,5 @@ def update_policy(
     out["logprob_mismatch"] = mismatch
     out["optimizer_steps"] = float(updates)
     out["skipped_steps"] = float(skipped)
+    out["learning_rate"] = float(optimizer.param_groups[0]["lr"])
     return out
