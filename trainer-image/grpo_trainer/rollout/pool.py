@@ -86,11 +86,22 @@ class EnginePool:
         ray.get([engine.wake_up.remote() for engine in self.engines])
 
     def shutdown(self) -> None:
-        import ray
+        close_actors(self.engines)
 
-        for closing in [engine.close.remote() for engine in self.engines]:
-            # An engine whose start failed has nothing to close.
-            with contextlib.suppress(ray.exceptions.RayActorError):
-                ray.get(closing)
-        for engine in self.engines:
-            ray.kill(engine)
+
+CLOSE_TIMEOUT_S = 60.0
+"""How long engines get to close before they are killed: an engine stuck in a collective (a
+weight group whose other side died) never reaches its close."""
+
+
+def close_actors(actors: Sequence, timeout: float = CLOSE_TIMEOUT_S) -> None:
+    """``close()`` every actor, waiting at most ``timeout`` seconds for them all, then kill
+    them: shutting down must end even when an actor is stuck in an earlier call."""
+    import ray
+
+    closing = [actor.close.remote() for actor in actors]
+    # An engine whose start failed has nothing to close; a stuck one is killed regardless.
+    with contextlib.suppress(ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        ray.get(closing, timeout=timeout)
+    for actor in actors:
+        ray.kill(actor)
