@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -54,11 +55,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A loopback port that was free a moment ago (the kernel's choice for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port that was free a moment ago, for a process about to listen on it; never
+    the same one twice in this process. Taken below the kernel's ephemeral range: the kernel
+    hands ports there to port-0 binds and outgoing connections, and could give one away between
+    this check and the server's bind (a component fails with "address already in use")."""
+    ephemeral_low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    for _ in range(100):
+        port = random.randrange(ephemeral_low // 2, ephemeral_low)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port below {ephemeral_low}")
 
 
 class StartupError(RuntimeError):

@@ -119,6 +119,8 @@ def test_a_split_run_on_two_workers_keeps_parity_after_every_sync(cluster, runs,
     status = runs.status(name)
     log = cluster.driver_runner.job_log(runs.namespace, f"{name}-a1")
     assert status["phase"] == "Succeeded", (status, log.read_text()[-4000:] if log else None)
+    # Nothing failed, so nothing was retried (a retry would hide a flaw of the first attempt).
+    assert status["recovery"]["restarts"] == 0, (status, log.read_text()[-4000:] if log else None)
 
     _check_placement(watch, placement)
 

@@ -7,6 +7,7 @@ and reads the (all-reduced, hence identical) metrics from any of them.
 
 from __future__ import annotations
 
+import datetime
 import os
 import time
 from collections.abc import Callable
@@ -23,17 +24,20 @@ from grpo_trainer.algorithm_settings import AlgorithmSettings
 from grpo_trainer.learner.forward import batched_logprobs
 from grpo_trainer.learner.parallel import DataParallel
 from grpo_trainer.learner.update import UpdatePlan, update_policy
+from grpo_trainer.rendezvous import join_store, serve_store
 from grpo_trainer.rollout.weight_sync import WeightSender, sync_specs
 from grpo_trainer.rollout.weight_transport import (
     GroupAddress,
-    free_port,
     node_ip,
     open_weight_group,
+    serve_weight_group,
 )
 
 LEARNER_SUBDIR = "learner"
 """A checkpoint's per-rank optimizer and RNG states (``rank_<r>.pt``)."""
 T = TypeVar("T")
+RENDEZVOUS_TIMEOUT = datetime.timedelta(minutes=10)
+"""How long a rank waits for the others to join the group (they load nothing before)."""
 TEST_DROP_WEIGHT_ENV = "GRPO_TEST_DROP_WEIGHT"
 """Test hook (see ``LearnerRank.weight_group_address``)."""
 
@@ -67,21 +71,21 @@ class LearnerRank:
         self.world_size = world_size
         self.settings = settings
 
-    @staticmethod
-    def rendezvous_address() -> tuple[str, int]:
-        """An address and a free port on this rank's node, for rank 0 to host the group (the
-        node's IP: a pod's hostname need not resolve)."""
+    def serve_rendezvous(self) -> tuple[str, int]:
+        """Rank 0: serve the group's store on this node's IP (a pod's hostname need not
+        resolve) and say where."""
         ip = node_ip()
-        return ip, free_port(ip)
+        self._store = serve_store(ip, self.world_size, RENDEZVOUS_TIMEOUT)
+        return ip, self._store.port
 
     def setup(self, master_addr: str, master_port: int) -> None:
         """Join the process group, load the policy (and reference), build AdamW."""
+        store = self._store if self.rank == 0 else join_store(
+            master_addr, master_port, self.world_size, RENDEZVOUS_TIMEOUT)
         backend = "nccl" if self.settings.use_gpu else "gloo"
         dist.init_process_group(
-            backend,
-            init_method=f"tcp://{master_addr}:{master_port}",
-            rank=self.rank,
-            world_size=self.world_size,
+            backend, store=store, rank=self.rank, world_size=self.world_size,
+            timeout=RENDEZVOUS_TIMEOUT,
         )
         if not self.settings.use_gpu:
             torch.set_num_threads(cpu_threads_per_rank(self.world_size))
@@ -153,20 +157,20 @@ class LearnerRank:
         return out.cpu()
 
     def weight_group_address(self, world_size: int) -> tuple[GroupAddress, list]:
-        """Rank 0: where the weight group meets (this node's IP, a free port) and the
-        (name, dtype, shape) list of what every sync will send."""
+        """Rank 0: where the weight group meets (a store it now serves on this node's IP) and
+        the (name, dtype, shape) list of what every sync will send."""
         # Test hook, for fault injection only (nothing else reads it): the HF parameter named
         # here is left out of every sync, so that a test (through the GRPORun's resources.env)
         # can show the engine refusing an incomplete sync.
         drop = os.environ.get(TEST_DROP_WEIGHT_ENV)
         self._weight_specs = sync_specs(self.model, drop=drop)
-        ip = node_ip()
-        address = GroupAddress(ip, free_port(ip), world_size, self.settings.use_gpu)
+        address, self._weight_store = serve_weight_group(
+            node_ip(), world_size, self.settings.use_gpu)
         return address, [spec.to_wire() for spec in self._weight_specs]
 
     def join_weight_group(self, address: GroupAddress) -> None:
         """Rank 0: join the weight group as its rank 0 (returns once the engines have joined)."""
-        group = open_weight_group(address, 0, address.host)
+        group = open_weight_group(address, 0, address.host, self._weight_store)
         self._weight_sender = WeightSender(self._weight_specs, group)
 
     def send_weights(self) -> None:

@@ -23,7 +23,7 @@ class LearnerGroup:
             remote.options(**actor_options(group, slot)).remote(r, self.world_size, settings)
             for r, slot in enumerate(slots)
         ]
-        addr, port = ray.get(self.ranks[0].rendezvous_address.remote())
+        addr, port = ray.get(self.ranks[0].serve_rendezvous.remote())
         ray.get([rank.setup.remote(addr, port) for rank in self.ranks])
 
     def update(self, batch: Batch, plan: UpdatePlan, mini_batch_size: int) -> dict[str, float]:

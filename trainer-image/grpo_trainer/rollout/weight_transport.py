@@ -6,6 +6,9 @@ rendezvous store on its node's IP; engine worker ``w`` of engine ``e`` is rank
 ``1 + e * workers_per_engine + w``. The trainer builds it once, when the learners and the
 engines both exist, and every sync reuses it. Only ``broadcast`` from rank 0 is needed.
 
+Rank 0 serves the rendezvous store before it says where (``serve_weight_group``,
+``grpo_trainer.rendezvous``); the others connect to it.
+
 - CPU (ran here): ``torch.distributed.TCPStore`` + ``ProcessGroupGloo``. Every member binds its
   gloo device to its own node's IP (``ProcessGroupGloo.create_device(hostname=<ip>)``): the
   default device resolves the node's hostname, which Kubernetes pod hostnames often do not,
@@ -17,10 +20,12 @@ engines both exist, and every sync reuses it. Only ``broadcast`` from rank 0 is 
 from __future__ import annotations
 
 import datetime
-import socket
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
+
+from grpo_trainer.rendezvous import join_store, serve_store
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 """How long a member waits for the others (rendezvous, a broadcast): a 7B model's bucket over a
@@ -44,11 +49,11 @@ def node_ip() -> str:
     return ray.util.get_node_ip_address()
 
 
-def free_port(ip: str) -> int:
-    """A port free on ``ip`` now, for rank 0's store."""
-    with socket.socket() as s:
-        s.bind((ip, 0))
-        return s.getsockname()[1]
+def serve_weight_group(host: str, world_size: int,
+                       use_gpu: bool) -> tuple[GroupAddress, dist.TCPStore]:
+    """Rank 0: the group's store, listening on ``host``, and the address members join at."""
+    store = serve_store(host, world_size, GROUP_TIMEOUT)
+    return GroupAddress(host, store.port, world_size, use_gpu), store
 
 
 class GlooWeightGroup:
@@ -56,20 +61,16 @@ class GlooWeightGroup:
 
     device = torch.device("cpu")
 
-    def __init__(self, address: GroupAddress, rank: int, bind_ip: str) -> None:
-        import torch.distributed as dist
+    def __init__(self, store: dist.TCPStore, address: GroupAddress, rank: int,
+                 bind_ip: str) -> None:
         from torch.distributed import ProcessGroupGloo
 
-        # Rank 0 serves the store; the others retry connecting to it until the timeout.
-        self.store = dist.TCPStore(
-            address.host, address.port, address.world_size, is_master=rank == 0,
-            timeout=GROUP_TIMEOUT, wait_for_workers=False,
-        )
+        self.store = store
         options = ProcessGroupGloo._Options()
         options._devices = [ProcessGroupGloo.create_device(hostname=bind_ip)]
         options._timeout = GROUP_TIMEOUT
         # Blocks until every rank has joined (gloo connects the full mesh here).
-        self.group = ProcessGroupGloo(self.store, rank, address.world_size, options)
+        self.group = ProcessGroupGloo(store, rank, address.world_size, options)
 
     def broadcast(self, tensor: torch.Tensor) -> None:
         """``tensor`` from rank 0 into every rank's ``tensor``, in place."""
@@ -82,7 +83,8 @@ class GlooWeightGroup:
 class NcclWeightGroup:
     """GPU (NOT run here): a stateless NCCL group on this process's current CUDA device."""
 
-    def __init__(self, address: GroupAddress, rank: int, bind_ip: str) -> None:
+    def __init__(self, store: dist.TCPStore, address: GroupAddress, rank: int,
+                 bind_ip: str) -> None:
         del bind_ip  # NCCL picks its interface itself (NCCL_SOCKET_IFNAME)
         from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
         from vllm.distributed.utils import StatelessProcessGroup
@@ -90,10 +92,9 @@ class NcclWeightGroup:
         # Indexed: the communicator refuses tensors on any other device object than its own.
         self.device = torch.device("cuda", torch.cuda.current_device())
 
-        group = StatelessProcessGroup.create(
-            host=address.host, port=address.port, rank=rank, world_size=address.world_size,
-            store_timeout=int(GROUP_TIMEOUT.total_seconds()),
-        )
+        # Built on the store we already hold (``StatelessProcessGroup.create`` would bind the
+        # port itself, after the address had been given out).
+        group = StatelessProcessGroup(rank=rank, world_size=address.world_size, store=store)
         self.group = PyNcclCommunicator(group, device=self.device)
 
     def broadcast(self, tensor: torch.Tensor) -> None:
@@ -105,7 +106,12 @@ class NcclWeightGroup:
         torch.cuda.synchronize()
 
 
-def open_weight_group(address: GroupAddress, rank: int, bind_ip: str):
-    """Join the weight group as ``rank`` (every member calls it at the same time)."""
+def open_weight_group(address: GroupAddress, rank: int, bind_ip: str,
+                      store: dist.TCPStore | None = None):
+    """Join the weight group as ``rank`` (every member calls it at the same time). Rank 0 passes
+    the store it serves (``serve_weight_group``); the others connect to it, retrying until the
+    group's timeout."""
+    if store is None:
+        store = join_store(address.host, address.port, address.world_size, GROUP_TIMEOUT)
     kind = NcclWeightGroup if address.use_gpu else GlooWeightGroup
-    return kind(address, rank, bind_ip)
+    return kind(store, address, rank, bind_ip)
