@@ -176,6 +176,36 @@ def check_host_paths(spec: GRPORunSpec, prefixes: tuple[str, ...]) -> Refusal | 
     return None
 
 
+def _region(volume: VolumeSource, path: str | None) -> tuple[str, PurePosixPath]:
+    """What a mount reaches: its volume (a claim, or the node's filesystem for hostPath) and the
+    directory in it."""
+    if volume.persistent_volume_claim is not None:
+        return f"PersistentVolumeClaim {volume.persistent_volume_claim.claim_name}", \
+            PurePosixPath("/", path or "")
+    return "the node's filesystem", PurePosixPath(volume.host_path.path, path or "")
+
+
+def check_frozen_inputs_apart(spec: GRPORunSpec) -> Refusal | None:
+    """The checkpoint volume must not reach the model or the dataset: checkpoints written into
+    the frozen model (this run's or another run's, which share the checkpoint volume) would
+    change it under the digest, and the run would fail at its end, or train on it."""
+    checkpoint = _region(spec.checkpoint.volume, spec.checkpoint.path)
+    for field, volume, path in (("model", spec.model.volume, spec.model.path),
+                                ("dataset", spec.dataset.volume, None)):
+        frozen = _region(volume, path)
+        if frozen[0] != checkpoint[0]:
+            continue
+        nested = frozen[1].is_relative_to(checkpoint[1]) or checkpoint[1].is_relative_to(frozen[1])
+        if nested:
+            return Refusal(
+                "FrozenInputOverlap",
+                f"checkpoint.volume (directory {checkpoint[1]} of {checkpoint[0]}) overlaps "
+                f"{field}.volume (directory {frozen[1]}): checkpoints must not be written where "
+                f"the frozen {field} lives; use another claim or disjoint directories",
+            )
+    return None
+
+
 def check_secrets(spec: GRPORunSpec, reserved: tuple[str, ...]) -> Refusal | None:
     r = spec.resources
     refs = [(f"resources.env[{i}].valueFrom.secretKeyRef.name", e.value_from.secret_key_ref.name)
@@ -200,6 +230,7 @@ def accept(
     return (
         check_budget(spec)
         or check_host_paths(spec, confinement.host_path_prefixes)
+        or check_frozen_inputs_apart(spec)
         or check_secrets(spec, confinement.reserved_secrets)
         or check_volumes(spec, pvcs)
     )

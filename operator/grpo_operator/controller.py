@@ -298,7 +298,11 @@ class Controller:
             if status.stopping or (job is not None and (_job_failed(job) or not reported)):
                 pods = [p for p in k.pods(run, {"job-name": driver}, None)
                         if _made_by_job(p, driver, job)]
-            cm = k.get_child("ConfigMap", run, names.report_config_map)
+            # An ended driver wrote its last report before it exited, but the report's watch
+            # may deliver it after the Job's: how the attempt ended is judged on the report as
+            # the API server holds it (once per attempt: the phase moves on).
+            read = k.read_child if job is not None and _job_ended(job) else k.get_child
+            cm = read("ConfigMap", run, names.report_config_map)
             report_map_missing = cm is None
             data = (cm or {}).get("data") or {}
             report, signature = data.get(REPORT_KEY), data.get(REPORT_SIGNATURE_KEY)
@@ -356,6 +360,7 @@ class Controller:
                     spec=spec, name=run.name, namespace=run.namespace, uid=run.uid,
                     attempt=attempt, resume=ResumeMode.NONE if attempt == 1 else ResumeMode.LATEST,
                     report_config_map=ChildNames(run.name).report_config_map,
+                    inputs=status.recovery.inputs,
                 )
                 # What the Ray pods need first (the policy before the cluster: its pods are
                 # never open to all), then the cluster with what only the driver needs, made
@@ -461,5 +466,13 @@ def _made_by_job(pod: dict[str, Any], name: str, job: dict[str, Any] | None) -> 
 
 
 def _job_failed(job: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Failed" and c.get("status") == "True"
+    return _job_condition(job, ("Failed",))
+
+
+def _job_ended(job: dict[str, Any]) -> bool:
+    return _job_condition(job, ("Failed", "Complete"))
+
+
+def _job_condition(job: dict[str, Any], types: tuple[str, ...]) -> bool:
+    return any(c.get("type") in types and c.get("status") == "True"
                for c in (job.get("status") or {}).get("conditions") or [])

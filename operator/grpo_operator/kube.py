@@ -16,7 +16,7 @@ from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
 from grpo_operator.api.constants import API_VERSION, GROUP, KIND, LABEL_RUN, PLURAL, VERSION
-from grpo_operator.cache import CachedKind, ObjectCache
+from grpo_operator.cache import KINDS, CachedKind, ObjectCache
 from grpo_operator.children.meta import RunRef
 
 log = logging.getLogger(__name__)
@@ -164,6 +164,15 @@ class Kube:
         """A child of ``run`` by name, from the cache; ChildConflict if that name holds
         someone else's."""
         obj = self.cache.get(kind, run.namespace, name)
+        if obj is not None and not controlled_by(obj, run.uid):
+            raise ChildConflict(obj, run.uid)
+        return obj
+
+    def read_child(self, kind: str, run: RunRef, name: str) -> dict | None:
+        """A child of ``run`` by name, read from the API server: for a decision the watch may
+        lag (watches of different kinds keep no order between them); ChildConflict as
+        ``get_child``."""
+        obj = self.get(KINDS[kind].api_version, kind, run.namespace, name)
         if obj is not None and not controlled_by(obj, run.uid):
             raise ChildConflict(obj, run.uid)
         return obj

@@ -233,6 +233,8 @@ def _mirror(d: Decision, o: Observed, report: Report) -> None:
     s.recovery.resumed_from_step = report.recovery.resumed_from_step
     s.recovery.last_checkpoint = report.recovery.last_checkpoint
     s.recovery.rollout = report.recovery.rollout
+    # The first digests win: a later attempt is checked against them, never the reverse.
+    s.recovery.inputs = s.recovery.inputs or report.recovery.inputs
     s.progress = shown_progress(report, s.ledger)
     s.accepted_report = report.cursor
     _budget_remaining(d, o)

@@ -9,6 +9,7 @@ import pytest
 from grpo_operator.acceptance import (
     Confinement,
     accept,
+    check_frozen_inputs_apart,
     check_host_paths,
     host_path_prefixes,
     under,
@@ -109,3 +110,43 @@ def test_settings_carry_the_prefixes_and_the_signing_secret():
                               reserved_secrets=("signing",))
     with pytest.raises(ValueError, match="GRPO_HOSTPATH_PREFIXES"):
         from_env({"GRPO_HOSTPATH_PREFIXES": "relative/dir"})
+
+
+def _on(claim: str | None = None, host: str | None = None) -> dict:
+    if claim:
+        return {"persistentVolumeClaim": {"claimName": claim}}
+    return {"hostPath": {"path": host}}
+
+
+@pytest.mark.parametrize(("model", "dataset", "checkpoint", "overlaps"), [
+    # hostPath: the node's filesystem is one volume; directories nest by whole components.
+    ((_on(host="/data/models/tiny"), None), _on(claim="sets"), (_on(host="/data"), None),
+     "model"),
+    ((_on(host="/data/models/tiny"), None), _on(claim="sets"),
+     (_on(host="/data/models/tiny/ckpt"), None), "model"),
+    ((_on(host="/data/models"), "tiny"), _on(claim="sets"), (_on(host="/data/models/tiny"), None),
+     "model"),
+    ((_on(host="/data/models/tiny"), None), _on(claim="sets"), (_on(host="/data/models/t"), None),
+     None),
+    ((_on(host="/data/models/tiny"), None), _on(claim="sets"), (_on(host="/data/ckpt"), None),
+     None),
+    # One claim: the dataset is mounted whole, so any checkpoint directory on it is inside.
+    ((_on(host="/data/m"), None), _on(claim="sets"), (_on(claim="sets"), "ckpt"), "dataset"),
+    # The model is a directory of its claim; the checkpoints may sit beside it, not around it.
+    ((_on(claim="shared"), "qwen"), _on(claim="sets"), (_on(claim="shared"), "runs"), None),
+    ((_on(claim="shared"), "qwen"), _on(claim="sets"), (_on(claim="shared"), None), "model"),
+    ((_on(claim="shared"), "qwen"), _on(claim="sets"), (_on(claim="shared"), "qwen/out"), "model"),
+    # A claim and a node directory are different volumes, whatever the paths.
+    ((_on(claim="shared"), None), _on(claim="sets"), (_on(host="/srv"), None), None),
+])
+def test_checkpoints_may_not_reach_the_frozen_inputs(model, dataset, checkpoint, overlaps):
+    body = spec(model={"volume": model[0], **({"path": model[1]} if model[1] else {})},
+                dataset={"volume": dataset, "trainFile": "t.parquet"},
+                checkpoint={"volume": checkpoint[0],
+                            **({"path": checkpoint[1]} if checkpoint[1] else {})})
+    refusal = check_frozen_inputs_apart(body)
+    if overlaps is None:
+        assert refusal is None
+    else:
+        assert refusal.reason == "FrozenInputOverlap"
+        assert f"overlaps {overlaps}.volume" in refusal.message, refusal.message

@@ -21,9 +21,11 @@ from grpo_operator.api.status import (
     ArtifactRef,
     AttemptFailure,
     GRPORunStatus,
+    InputDigests,
     ReportCursor,
     TrainerLedger,
     TrainerProgress,
+    TrainerRecovery,
     TrainerTerminal,
 )
 from grpo_operator.reconcile import Action, Observed, Policy, decide
@@ -127,6 +129,27 @@ def test_reports_are_mirrored_in_order():
     assert d.status.ledger.budget_remaining.generated_tokens == 1000 - 40
     assert d.status.accepted_report == ReportCursor(attempt=1, sequence=0)
     assert not [e for e in d.events if e.type == "Warning"]
+
+
+def test_the_first_input_digests_reported_are_kept():
+    """What a later attempt is checked against: the first digests the operator accepted; a
+    later report (an attempt that found other inputs, or a mistaken trainer) replaces none."""
+    first, other = InputDigests(model="a" * 64, dataset="b" * 64), InputDigests(
+        model="c" * 64, dataset="d" * 64)
+
+    def with_inputs(sequence: int, attempt: int, inputs: InputDigests | None) -> str:
+        return Report(schema_version=1, attempt=attempt, sequence=sequence, time=NOW,
+                      state=TrainerState.RUNNING, ledger=TrainerLedger(planned_steps=3),
+                      recovery=TrainerRecovery(inputs=inputs)).to_json()
+
+    status = running_status()
+    kept = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                          report_data=with_inputs(0, 1, None))).status
+    assert kept.recovery.inputs is None
+    for sequence, inputs in ((1, first), (2, other), (3, None)):
+        kept = decide(observe(kept, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                              report_data=with_inputs(sequence, 1, inputs))).status
+        assert kept.recovery.inputs == first, sequence
 
 
 @pytest.mark.parametrize(("data", "why"), [

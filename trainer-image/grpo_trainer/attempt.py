@@ -1,7 +1,8 @@
 """One attempt of a run, durable: inputs → restore → admit → train with checkpoints → seal.
 
 1. **Frozen inputs**: digests of the model and the dataset recorded (and checked against the
-   spec's) before anything else; checked again at the end (``frozen_inputs``).
+   spec's and an earlier attempt's) before anything else, and reported; checked again at the
+   end (``frozen_inputs``).
 2. **Restore** (``resume: latest``): the newest checkpoint whose manifest verifies, its cost
    ledger and rollout-ledger state, then the journal: completions of the restored weight
    version are reused, newer ones discarded, tokens spent since the checkpoint counted.
@@ -75,7 +76,7 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
     # 1. Frozen inputs, before anything reads them.
     frozen = FrozenInputs.from_config(config)
     try:
-        frozen.record()
+        progress.recovery.inputs = frozen.record()
     except MissingInputError as err:
         return _fail(progress, Reason.INVALID_INPUT, str(err), ExitCode.INVALID_INPUT)
     except FrozenInputChangedError as err:

@@ -1,9 +1,11 @@
 """Frozen inputs: the model directory and the dataset's files, verified by digest.
 
 At the start each input's digest manifest (``grpo_operator.api.digest``) is computed; when the
-spec carries a digest (``model.sha256``, ``dataset.sha256``) it must match. At the end the files
-are checked against the manifest recorded at the start, so a change during the run is found
-whether or not the spec named a digest. The model's digest covers every file of the model
+spec carries a digest (``model.sha256``, ``dataset.sha256``) it must match, and so must the
+digest an earlier attempt found (the run config's ``inputs``, from status.recovery.inputs), so
+an input swapped between attempts is found whether or not the spec named a digest. At the end
+the files are checked against the manifest recorded at the start, so a change during the
+attempt is found too. The model's digest covers every file of the model
 directory; the dataset's covers ``trainFile`` and ``validationFile``, relative to the dataset
 volume's root (the contract's ``inputs.py``). Inputs are opened read-only, never written.
 
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from grpo_operator.api.checkpoint_layout import DIGEST_MANIFEST_FILE
 from grpo_operator.api.digest import DigestManifest
+from grpo_operator.api.status import InputDigests
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,7 @@ class FrozenInput:
     root: Path
     files: tuple[str, ...] | None
     expected: str | None  # the spec's sha256, when given
+    seen_before: str | None  # what an earlier attempt of the run found
     recorded: DigestManifest | None = field(default=None, init=False)
 
     def manifest(self) -> DigestManifest:
@@ -59,6 +63,12 @@ class FrozenInput:
                 f"{self.name} at {self.root} has digest {manifest.digest}, but "
                 f"spec.{self.name}.sha256 is {self.expected}: the {self.name} is not the one "
                 "the run was created for"
+            )
+        if self.seen_before is not None and manifest.digest != self.seen_before:
+            raise FrozenInputChangedError(
+                f"{self.name} at {self.root} has digest {manifest.digest}, but an earlier "
+                f"attempt of this run found {self.seen_before}: the {self.name} changed "
+                "between attempts"
             )
         self.recorded = manifest
         return manifest.digest
@@ -89,18 +99,20 @@ class FrozenInputs:
         files = [spec.dataset.train_file]
         if spec.dataset.validation_file:
             files.append(spec.dataset.validation_file)
+        seen = config.inputs
         return cls([
-            FrozenInput("model", Path(config.paths.model_dir), None, spec.model.sha256),
+            FrozenInput("model", Path(config.paths.model_dir), None, spec.model.sha256,
+                        seen.model if seen else None),
             FrozenInput("dataset", Path(config.paths.data_dir), tuple(files),
-                        spec.dataset.sha256),
+                        spec.dataset.sha256, seen.dataset if seen else None),
         ])
 
-    def record(self) -> dict[str, str]:
-        """Digests at the start, by input name (raises on a missing or different input)."""
+    def record(self) -> InputDigests:
+        """Digests at the start (raises on a missing or different input)."""
         digests = {i.name: i.record() for i in self.inputs}
         for name, digest in digests.items():
             log.info("frozen input %s: sha256 %s", name, digest)
-        return digests
+        return InputDigests(**digests)
 
     def verify(self) -> None:
         """Raise FrozenInputChangedError naming every input that changed since the start."""

@@ -191,7 +191,9 @@ def _confinement_section() -> list[str]:
         "lies, by whole path components, under one of the operator's `GRPO_HOSTPATH_PREFIXES` "
         "(reason `HostPathNotAllowed`; none by default), and a reference to the operator's "
         "report-signing Secret under a name of its own (`GRPO_SIGNING_SECRET`) is refused (reason "
-        "`SecretNotAllowed`).",
+        "`SecretNotAllowed`). So is a checkpoint volume that reaches the model or the dataset: "
+        "the same claim (or, for `hostPath`, the node's filesystem) with one directory inside "
+        "the other, the dataset counting as its whole volume (reason `FrozenInputOverlap`).",
         "",
     ]
     return lines

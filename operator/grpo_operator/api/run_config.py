@@ -26,7 +26,7 @@ from grpo_operator.api.base import ApiModel, StrictStr, schema_version_type
 from grpo_operator.api.checkpoint_layout import CHECKPOINT_MOUNT, CheckpointLayout
 from grpo_operator.api.report import REPORT_KEY, describe_validation_error
 from grpo_operator.api.spec import GRPORunSpec
-from grpo_operator.api.status import Attempt, InPodPath
+from grpo_operator.api.status import Attempt, InPodPath, InputDigests
 
 RUN_CONFIG_SCHEMA_VERSION = 1
 RUN_CONFIG_KEY = "run-config.json"
@@ -96,6 +96,9 @@ class RunConfig(ApiModel):
     """The key holding the report."""
     spec: GRPORunSpec
     """The GRPORun's spec as of this attempt."""
+    inputs: InputDigests | None = None
+    """The frozen inputs' digests an earlier attempt found (status.recovery.inputs): this
+    attempt must find the same. Unset until an attempt has reported them."""
 
     @classmethod
     def build(
@@ -108,6 +111,7 @@ class RunConfig(ApiModel):
         attempt: int,
         resume: ResumeMode,
         report_config_map: str,
+        inputs: InputDigests | None = None,
     ) -> RunConfig:
         """The run config of one attempt, with the standard in-pod paths."""
         return cls(
@@ -117,6 +121,7 @@ class RunConfig(ApiModel):
             paths=standard_paths(spec, uid),
             report_config_map=report_config_map,
             spec=spec,
+            inputs=inputs,
         )
 
     def to_json(self) -> str:

@@ -205,6 +205,16 @@ class AttemptFailure(ApiModel):
     """Human-readable details, with the figures that tripped the check."""
 
 
+class InputDigests(ApiModel):
+    """The frozen inputs' digests (sha256 of each one's digest manifest, as
+    `python -m grpo_trainer digest` prints it)."""
+
+    model: Sha256
+    """The model directory's."""
+    dataset: Sha256
+    """The dataset's trainFile and validationFile."""
+
+
 class TrainerRecovery(ApiModel):
     """Recovery state as the trainer sees it."""
 
@@ -214,6 +224,11 @@ class TrainerRecovery(ApiModel):
     """The newest complete checkpoint."""
     rollout: RolloutReuse = Field(default_factory=RolloutReuse)
     """Rollout reuse counts."""
+    inputs: InputDigests | None = None
+    """The frozen inputs' digests as the first attempt that reported them found them. The
+    operator keeps the first it accepts, and every later attempt must find the same (with
+    or without model.sha256 / dataset.sha256 in the spec), or the run fails as
+    FrozenInputChanged."""
 
 
 class RecoveryRecord(ApiModel):

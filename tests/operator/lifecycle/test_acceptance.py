@@ -79,6 +79,14 @@ def test_a_single_node_claim_for_shared_inputs_or_checkpoints_is_refused(runs, t
     assert "needs ReadWriteMany" in accepted["message"]
 
 
+def test_checkpoints_inside_the_frozen_model_are_refused(runs, tmp_path):
+    model = tmp_path / "model"
+    runs.create(manifest("ckpt-in-model", str(tmp_path), checkpoint={"volume": {"hostPath": {
+        "path": str(model / "checkpoints")}}}))
+    accepted = _refused(runs, "ckpt-in-model", "FrozenInputOverlap")
+    assert f"overlaps model.volume (directory {model})" in accepted["message"]
+
+
 def test_a_host_path_outside_the_allowed_directories_is_refused(runs, tmp_path,
                                                                 tmp_path_factory):
     """The session's operator allows hostPath under pytest's base directory only: a sibling

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from grpo_operator.api.digest import digest_of_directory
 from tests.operator.lifecycle.runs import tiny_example
 from tests.waiting import wait_for
 
@@ -70,3 +71,28 @@ def test_a_lost_driver_resumes_on_the_warm_cluster_and_a_lost_cluster_is_replace
     assert {f"{name}-a1", f"{name}-a3"} <= set(runs.children(name).get("Job", []))
     assert any(r == "ClusterUnhealthy" for _, r, _ in runs.events(name))
     assert status["terminal"]["outcome"] == "Succeeded"
+
+
+def test_a_model_changed_between_attempts_fails_the_run_without_a_digest_in_the_spec(
+        cluster, runs, tmp_path):
+    body = tiny_example(tmp_path)
+    name = body["metadata"]["name"]
+    model = tmp_path / "model"
+    assert "sha256" not in body["spec"]["model"]
+    body["spec"]["algorithm"]["maxSteps"] = 25
+    body["spec"]["runPolicy"]["maxRestarts"] = 2
+    runs.create(body)
+    seen = wait_for(lambda: runs.status(name).get("recovery", {}).get("inputs"), 300,
+                    what="the inputs' digests in status")
+    assert seen["model"] == digest_of_directory(model)
+    pod = wait_for(lambda: runs.running_driver_pod(name), 120, what="the first driver running")
+    (model / "README.md").write_text("swapped in while no attempt was looking")
+    runs.core.delete_namespaced_pod(pod.metadata.name, runs.namespace)
+
+    wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed"), 300, what="the end")
+    status = runs.status(name)
+    terminal, recovery = status["terminal"], status["recovery"]
+    assert (terminal["reason"], recovery["attempt"]) == ("FrozenInputChanged", 2), status
+    assert f"an earlier attempt of this run found {seen['model']}" in terminal["message"]
+    assert recovery["inputs"] == seen  # the first digests are kept
+    assert recovery["restarts"] == 1  # the lost driver's; the refusal is not retried

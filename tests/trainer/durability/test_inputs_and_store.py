@@ -60,7 +60,7 @@ def test_frozen_inputs_find_a_change_during_the_run(tiny_dirs, tmp_path):
     config = make_config(tiny_dirs, tmp_path / "uid-f", data_dir=data)
     frozen = FrozenInputs.from_config(config)
     digests = frozen.record()
-    assert digests["dataset"] == digest_of_files(data, ["train.parquet"])
+    assert digests.dataset == digest_of_files(data, ["train.parquet"])
     frozen.verify()  # unchanged
     (data / "test.parquet").write_bytes(b"not covered: only trainFile is in the dataset digest")
     frozen.verify()
@@ -68,6 +68,25 @@ def test_frozen_inputs_find_a_change_during_the_run(tiny_dirs, tmp_path):
         fh.write(b"\0")
     with pytest.raises(FrozenInputChangedError, match=r"dataset .* changed during the run"):
         frozen.verify()
+
+
+def test_a_later_attempt_must_find_the_inputs_an_earlier_one_found(tiny_dirs, tmp_path):
+    """Without a digest in the spec: the run config carries what an earlier attempt reported
+    (status.recovery.inputs), and an input swapped since is refused, naming both digests."""
+    model = Path(shutil.copytree(tiny_dirs["model"], tmp_path / "model"))
+    dirs = {**tiny_dirs, "model": model}
+    first = FrozenInputs.from_config(make_config(dirs, tmp_path / "uid-a"))
+    seen = first.record()
+    assert seen.model == digest_of_directory(model)
+    later = make_config(dirs, tmp_path / "uid-a", attempt=2).model_copy(update={"inputs": seen})
+    assert FrozenInputs.from_config(later).record() == seen  # unchanged: admitted
+    (model / "README.md").write_text("a file the first attempt did not see")
+    with pytest.raises(FrozenInputChangedError, match=(
+            f"model at {model} has digest {digest_of_directory(model)}, but an earlier attempt "
+            f"of this run found {seen.model}: the model changed between attempts")):
+        FrozenInputs.from_config(later).record()
+    # The same config without the earlier digests would have admitted the new model.
+    assert FrozenInputs.from_config(later.model_copy(update={"inputs": None})).record()
 
 
 def _run_cli(config, tmp_path: Path) -> tuple[subprocess.CompletedProcess, list]:
