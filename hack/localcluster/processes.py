@@ -65,8 +65,9 @@ def free_port() -> int:
     hands ports there to port-0 binds and outgoing connections, and could give one away between
     this check and the server's bind (a component fails with "address already in use")."""
     ephemeral_low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    lowest = max(1024, ephemeral_low // 2)  # never a privileged port
     for _ in range(100):
-        port = random.randrange(ephemeral_low // 2, ephemeral_low)
+        port = random.randrange(lowest, max(ephemeral_low, lowest + 1))
         if port in _handed_out:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -58,6 +58,13 @@ class ChildConflict(Exception):
                          "wait for its owner's garbage collection")
 
 
+def _controlled(obj: dict | None, run: RunRef) -> dict | None:
+    """``obj`` when absent or ``run``'s; ChildConflict when its name holds someone else's."""
+    if obj is not None and not controlled_by(obj, run.uid):
+        raise ChildConflict(obj, run.uid)
+    return obj
+
+
 def controlled_by(obj: dict[str, Any], uid: str) -> bool:
     return any(r.get("controller") and r.get("uid") == uid
                for r in (obj.get("metadata") or {}).get("ownerReferences") or [])
@@ -163,19 +170,13 @@ class Kube:
     def get_child(self, kind: str, run: RunRef, name: str) -> dict | None:
         """A child of ``run`` by name, from the cache; ChildConflict if that name holds
         someone else's."""
-        obj = self.cache.get(kind, run.namespace, name)
-        if obj is not None and not controlled_by(obj, run.uid):
-            raise ChildConflict(obj, run.uid)
-        return obj
+        return _controlled(self.cache.get(kind, run.namespace, name), run)
 
     def read_child(self, kind: str, run: RunRef, name: str) -> dict | None:
         """A child of ``run`` by name, read from the API server: for a decision the watch may
         lag (watches of different kinds keep no order between them); ChildConflict as
         ``get_child``."""
-        obj = self.get(KINDS[kind].api_version, kind, run.namespace, name)
-        if obj is not None and not controlled_by(obj, run.uid):
-            raise ChildConflict(obj, run.uid)
-        return obj
+        return _controlled(self.get(KINDS[kind].api_version, kind, run.namespace, name), run)
 
     def pods(self, run: RunRef, labels: dict[str, str], controller_uid: str | None,
              ) -> list[dict[str, Any]]:

@@ -13,14 +13,19 @@ import datetime
 
 import torch.distributed as dist
 
+RENDEZVOUS_TIMEOUT = datetime.timedelta(minutes=10)
+"""How long a member waits for the others to reach the store (and for a store operation)."""
 
-def serve_store(host: str, world_size: int, timeout: datetime.timedelta) -> dist.TCPStore:
-    """Rank 0's store, already listening; its address is ``(host, store.port)``."""
+
+def serve_store(host: str, world_size: int,
+                timeout: datetime.timedelta = RENDEZVOUS_TIMEOUT) -> dist.TCPStore:
+    """Rank 0's store, already listening (on every interface of its node); the members reach
+    it at ``(host, store.port)``."""
     return dist.TCPStore(host, 0, world_size, is_master=True, timeout=timeout,
                          wait_for_workers=False)
 
 
 def join_store(host: str, port: int, world_size: int,
-               timeout: datetime.timedelta) -> dist.TCPStore:
+               timeout: datetime.timedelta = RENDEZVOUS_TIMEOUT) -> dist.TCPStore:
     """Another rank's client of rank 0's store (it retries connecting until ``timeout``)."""
     return dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)

@@ -7,7 +7,6 @@ and reads the (all-reduced, hence identical) metrics from any of them.
 
 from __future__ import annotations
 
-import datetime
 import os
 import time
 from collections.abc import Callable
@@ -36,8 +35,6 @@ from grpo_trainer.rollout.weight_transport import (
 LEARNER_SUBDIR = "learner"
 """A checkpoint's per-rank optimizer and RNG states (``rank_<r>.pt``)."""
 T = TypeVar("T")
-RENDEZVOUS_TIMEOUT = datetime.timedelta(minutes=10)
-"""How long a rank waits for the others to join the group (they load nothing before)."""
 TEST_DROP_WEIGHT_ENV = "GRPO_TEST_DROP_WEIGHT"
 """Test hook (see ``LearnerRank.weight_group_address``)."""
 
@@ -75,18 +72,16 @@ class LearnerRank:
         """Rank 0: serve the group's store on this node's IP (a pod's hostname need not
         resolve) and say where."""
         ip = node_ip()
-        self._store = serve_store(ip, self.world_size, RENDEZVOUS_TIMEOUT)
+        self._store = serve_store(ip, self.world_size)
         return ip, self._store.port
 
     def setup(self, master_addr: str, master_port: int) -> None:
         """Join the process group, load the policy (and reference), build AdamW."""
         store = self._store if self.rank == 0 else join_store(
-            master_addr, master_port, self.world_size, RENDEZVOUS_TIMEOUT)
+            master_addr, master_port, self.world_size)
         backend = "nccl" if self.settings.use_gpu else "gloo"
-        dist.init_process_group(
-            backend, store=store, rank=self.rank, world_size=self.world_size,
-            timeout=RENDEZVOUS_TIMEOUT,
-        )
+        # The collectives keep torch's default timeout: only the meeting is bounded here.
+        dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size)
         if not self.settings.use_gpu:
             torch.set_num_threads(cpu_threads_per_rank(self.world_size))
         torch.manual_seed(self.settings.seed)

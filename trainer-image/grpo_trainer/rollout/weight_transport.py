@@ -51,7 +51,8 @@ def node_ip() -> str:
 
 def serve_weight_group(host: str, world_size: int,
                        use_gpu: bool) -> tuple[GroupAddress, dist.TCPStore]:
-    """Rank 0: the group's store, listening on ``host``, and the address members join at."""
+    """Rank 0: the group's store, already listening, and the address members join at (its
+    port on ``host``)."""
     store = serve_store(host, world_size, GROUP_TIMEOUT)
     return GroupAddress(host, store.port, world_size, use_gpu), store
 
