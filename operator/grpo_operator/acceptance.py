@@ -16,6 +16,7 @@ from typing import Any
 
 from grpo_operator.api.inputs import VolumeSource
 from grpo_operator.api.spec import GRPORunSpec
+from grpo_operator.api.token_budget import TokenBudget
 
 HOST_PATH_PREFIXES_ENV = "GRPO_HOSTPATH_PREFIXES"
 
@@ -69,40 +70,16 @@ def under(path: str, prefix: str) -> bool:
     return parts[: len(base)] == base
 
 
-def worst_case_tokens_per_step(spec: GRPORunSpec) -> int:
-    a = spec.algorithm
-    return a.prompts_per_step * a.group_size * a.max_response_tokens
-
-
 def check_budget(spec: GRPORunSpec) -> Refusal | None:
-    """With stopAtLimit false the worst case of the whole plan must fit (an aggregate
-    admission); with stopAtLimit true one full step must, and the trainer stops at the limit.
+    """The plan's worst case against budget.maxGeneratedTokens (``api.token_budget``); the
+    evaluations count when evalMaxPrompts bounds them (the validation file is not the
+    operator's to read).
 
     GPU-hours cannot be bounded from the plan (they depend on throughput): they are metered
     while the run goes, not judged here."""
-    limit = spec.budget.max_generated_tokens
-    if limit is None:
-        return None
-    per_step = worst_case_tokens_per_step(spec)
-    a = spec.algorithm
-    if spec.budget.stop_at_limit:
-        if per_step > limit:
-            return Refusal(
-                "BudgetTooSmall",
-                f"budget.maxGeneratedTokens ({limit}) is below one step's worst case "
-                f"({a.prompts_per_step} prompts x {a.group_size} completions x "
-                f"{a.max_response_tokens} tokens = {per_step})",
-            )
-        return None
-    plan = per_step * a.max_steps
-    if plan > limit:
-        return Refusal(
-            "BudgetTooSmall",
-            f"budget.maxGeneratedTokens ({limit}) is below the plan's worst case "
-            f"({a.max_steps} steps x {per_step} tokens = {plan}); raise the budget, lower "
-            "algorithm.maxSteps, or set budget.stopAtLimit to stop at the limit",
-        )
-    return None
+    budget = TokenBudget.of(spec, eval_prompts=spec.algorithm.eval_max_prompts)
+    refusal = budget.refuse_plan(spent=0, step=0)
+    return None if refusal is None else Refusal("BudgetTooSmall", refusal)
 
 
 def claims(spec: GRPORunSpec) -> dict[str, tuple[str, set[str]]]:

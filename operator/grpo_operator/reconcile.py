@@ -255,7 +255,7 @@ def _budget_remaining(d: Decision, o: Observed) -> None:
         return
     ledger.budget_remaining = BudgetRemaining(
         generated_tokens=None if budget.max_generated_tokens is None
-        else budget.max_generated_tokens - ledger.generated_tokens,
+        else budget.max_generated_tokens - ledger.budget_tokens,
         gpu_hours=None if budget.max_gpu_hours is None
         else round(budget.max_gpu_hours - ledger.gpu_seconds / 3600, 6),
     )

@@ -10,7 +10,7 @@ import pytest
 
 from grpo_trainer.board import TrainingBoard, scalars
 from tests.trainer.tensorboard_events import scalars as read_scalars
-from tests.trainer.test_progress import STEP
+from tests.trainer.test_progress import STEP, evaluation
 
 
 def test_every_figure_of_a_step_is_one_record_at_that_step(tmp_path):
@@ -42,3 +42,14 @@ def test_a_resumed_attempt_replaces_the_steps_its_predecessor_wrote_past_the_che
         second.record(replace(STEP, step=step, reward_mean=1.0), None)
     second.close()
     assert read_scalars(tmp_path)["reward/mean"] == [(1, 0.0), (2, 0.0), (3, 1.0), (4, 1.0)]
+
+
+def test_an_evaluation_is_recorded_at_the_step_it_scored(tmp_path):
+    board = TrainingBoard(tmp_path, first_step=1)
+    board.record(replace(STEP, step=1), None)
+    board.record(replace(STEP, step=2, evaluation=evaluation(2, 0.25)), None)
+    board.close()
+    seen = read_scalars(tmp_path)
+    assert seen["eval/pass_at_1"] == [(2, 0.25)] and seen["eval/pass_at_k"] == [(2, 0.75)]
+    assert {"eval/reward_mean", "eval/prompts", "eval/samples", "eval/seconds",
+            "eval/response_length_mean"} <= set(seen)

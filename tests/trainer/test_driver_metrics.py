@@ -24,7 +24,8 @@ TRAINER = """
     from grpo_operator.api.constants import TrainerActivity
     from grpo_operator.api.report import PhaseSeconds, StepFigures, TrainerState
     from grpo_operator.api.status import (
-        CheckpointRef, RolloutReuse, TrainerLedger, TrainerProgress, TrainerRecovery)
+        CheckpointRef, EvalFigures, RolloutReuse, TrainerLedger, TrainerProgress,
+        TrainerRecovery)
     from grpo_trainer.reporting import Reporter
 
     def wait_for(path):
@@ -35,9 +36,12 @@ TRAINER = """
     reporter = Reporter(attempt=2)
     ledger = TrainerLedger(planned_steps=5)
     reporter.publish(TrainerState.STARTING, ledger)
+    evals = [EvalFigures(step=1, prompts=8, samples=1, reward_mean=0.375, pass_at_1=0.375,
+                         response_length_mean=10.5, seconds=1.5)]
     ledger = TrainerLedger(planned_steps=5, completed_steps=1, prompt_tokens=448,
                            generated_tokens=256, reward_mean=0.25, reward_std=0.5,
-                           tokens_per_second=128.0)
+                           tokens_per_second=128.0, eval_prompt_tokens=96,
+                           eval_generated_tokens=84, evals=evals)
     progress = TrainerProgress(activity=TrainerActivity.TRAINING, step_seconds=4.0,
                                remaining_seconds=16.0, since=datetime.datetime.now(datetime.UTC))
     figures = StepFigures(
@@ -132,6 +136,11 @@ def test_metrics_show_the_newest_relayed_report(ray_head, tmp_path):
             "phase_seconds[generate]": 2.0, "phase_seconds[reward]": 0.25,
             "phase_seconds[ref_logprobs]": 0.5, "phase_seconds[update]": 1.0,
             "phase_seconds[sync]": 0.125, "phase_seconds[step]": 4.0,
+            # the newest evaluation; no pass@k series with one sample
+            "eval_prompt_tokens_total": 96, "eval_generated_tokens_total": 84,
+            "eval_step": 1, "eval_prompts": 8, "eval_reward_mean": 0.375,
+            "eval_pass_at_1_ratio": 0.375, "eval_response_length_mean_tokens": 10.5,
+            "eval_seconds": 1.5,
         }
         # Every name, type and help text as Prometheus's own lint wants them.
         assert check_metrics(ensure_built() / "promtool", exposition(port)) == []

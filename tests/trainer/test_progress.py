@@ -1,5 +1,6 @@
 """The trainer's account of what it is doing: Starting until it trains, then Running; each
-activity with when it began; the time left paced on the attempt's last steps."""
+activity with when it began; the time left paced on the attempt's last steps; the last
+evaluations and their tokens."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 from grpo_operator.api.constants import TrainerActivity
 from grpo_operator.api.report import TrainerState, parse_report
+from grpo_operator.api.status import MAX_EVALS, EvalFigures
+from grpo_trainer.evaluation import Evaluation
 from grpo_trainer.progress import PACE_STEPS, RunProgress
 from grpo_trainer.reporting import REPORT_MARKER, Reporter, parse_report_line
 from grpo_trainer.step_metrics import StepMetrics
@@ -91,3 +94,26 @@ def test_a_step_whose_figures_do_not_fit_the_report_costs_the_figures_not_the_st
     progress.running()
     (report,) = [r for r in _reports(out) if r.state == TrainerState.RUNNING]
     assert report.last_step is None and report.ledger.completed_steps == 1
+
+
+def evaluation(step: int, pass_at_1: float = 0.5) -> Evaluation:
+    return Evaluation(EvalFigures(step=step, prompts=4, samples=2, reward_mean=pass_at_1,
+                                  pass_at_1=pass_at_1, pass_at_k=0.75, response_length_mean=3.0,
+                                  seconds=0.25), prompt_tokens=40, generated_tokens=24)
+
+
+def test_evaluations_are_kept_newest_first_and_their_tokens_apart():
+    out = io.StringIO()
+    progress = RunProgress(Reporter(attempt=1, stream=out), planned_steps=2 * MAX_EVALS)
+    for step in range(1, 2 * MAX_EVALS + 1):
+        progress.record_step(None, replace(STEP, step=step, evaluation=(
+            evaluation(step, step / 100) if step % 2 == 0 else None)))
+    progress.running()
+    report = _reports(out)[-1]
+    ledger = report.ledger
+    assert [e.step for e in ledger.evals] == [10, 8, 6, 4, 2]  # at most MAX_EVALS
+    assert ledger.evals[0].pass_at_1 == 0.1
+    assert (ledger.eval_prompt_tokens, ledger.eval_generated_tokens) == (5 * 40, 5 * 24)
+    assert (ledger.prompt_tokens, ledger.generated_tokens) == (0, 0)  # on_tokens' alone
+    assert ledger.budget_tokens == 5 * 24
+    assert report.last_step.seconds.eval == 0.25

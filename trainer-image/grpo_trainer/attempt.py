@@ -6,9 +6,11 @@
 2. **Restore** (``resume: latest``): the newest checkpoint whose manifest verifies, its cost
    ledger and rollout-ledger state, then the journal: completions of the restored weight
    version are reused, newer ones discarded, tokens spent since the checkpoint counted.
-3. **Admit** the plan against the token budget before any generation (``budget``).
-4. **Train**: a checkpoint every ``checkpoint.intervalSteps`` steps; gates stop the run at the
-   budget or on SIGTERM (``signals``), both with a checkpoint. A weight sync that leaves engine
+3. **Admit** the plan, its evaluations included, against the token budget before any
+   generation (``api.token_budget``; the validation file's row count bounds an evaluation).
+4. **Train**: a checkpoint every ``checkpoint.intervalSteps`` steps, an evaluation when one is
+   due (``evaluation``); gates stop the run at the budget or on SIGTERM (``signals``), both
+   with a checkpoint. A weight sync that leaves engine
    parameters without a value fails the run (exit 15); a step whose engine logprobs disagree
    with the learners' ends the attempt untrained (exit 16, retryable: resume from the last
    checkpoint, the refused step's journaled rollouts discarded).
@@ -37,10 +39,10 @@ from grpo_operator.api.constants import Reason, TrainerActivity
 from grpo_operator.api.exit_codes import ExitCode
 from grpo_operator.api.run_config import ResumeMode, RunConfig
 from grpo_operator.api.status import TrainerLedger
+from grpo_operator.api.token_budget import TokenBudget
 from grpo_trainer.board import TrainingBoard
-from grpo_trainer.budget import TokenBudget
 from grpo_trainer.checkpoint import CheckpointStore, SavedCheckpoint, copy_sealed_model
-from grpo_trainer.data import DatasetError
+from grpo_trainer.data import DatasetError, count_rows
 from grpo_trainer.frozen_inputs import FrozenInputChangedError, FrozenInputs, MissingInputError
 from grpo_trainer.journal.journal import Journal
 from grpo_trainer.journal.ledger import RolloutLedger
@@ -94,8 +96,12 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
     step = checkpoint.step if checkpoint else 0
 
     # 3. Admit the plan before any generation.
-    budget = TokenBudget.from_spec(spec)
-    refusal = budget.refuse_plan(progress.ledger.generated_tokens, spec.algorithm.max_steps - step)
+    try:
+        budget = TokenBudget.of(spec, _eval_prompts(config))
+    except DatasetError as err:
+        return _fail(progress, Reason.INVALID_INPUT, f"invalid dataset: {err}",
+                     ExitCode.INVALID_INPUT)
+    refusal = budget.refuse_plan(progress.ledger.budget_tokens, step)
     if refusal:
         return _fail(progress, Reason.BUDGET_EXHAUSTED, refusal, ExitCode.BUDGET_EXHAUSTED)
 
@@ -124,7 +130,7 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
 
     gates = [
         lambda t: "SIGTERM received" if stop else None,
-        lambda t: budget.refuse_step(progress.ledger.generated_tokens),
+        lambda t: budget.refuse_step(progress.ledger.budget_tokens, t.step),
     ]
     # With the checkpoint resumed from, if any: the report that says where this attempt starts.
     progress.doing(TrainerActivity.STARTING_ENGINES)
@@ -218,9 +224,19 @@ def _restore(config: RunConfig, store: CheckpointStore, journal: Journal,
         rollouts, spent = RolloutLedger.restore(state, step, granularity, journal)
     except LedgerStateError as err:
         raise CheckpointContentError(str(err)) from None
-    progress.add_tokens(spent.prompt_tokens, spent.generated_tokens)
+    progress.add_spent(spent)
     progress.rollouts = rollouts
     return checkpoint, trainer_state, rollouts
+
+
+def _eval_prompts(config: RunConfig) -> int | None:
+    """The most prompts an evaluation scores (None: the run has no validation file)."""
+    path = config.paths.validation_file
+    if path is None:
+        return None
+    rows = count_rows(path)
+    cap = config.spec.algorithm.eval_max_prompts
+    return rows if cap is None else min(rows, cap)
 
 
 def _write(directory: Path, config: RunConfig, trainer, progress: RunProgress,

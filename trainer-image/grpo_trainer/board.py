@@ -18,7 +18,7 @@ from grpo_trainer.step_metrics import StepMetrics
 def scalars(metrics: StepMetrics, figures: StepFigures | None) -> dict[str, float]:
     """A step's TensorBoard tags and values: rewards, KL and throughput from the step's
     metrics, then the report's figures (``train/<field>``, ``seconds/<phase>``) when it has
-    them."""
+    them, and the evaluation's (``eval/<field>``) when one ran."""
     out = {
         "reward/mean": metrics.reward_mean,
         "reward/std": metrics.reward_std,
@@ -31,6 +31,9 @@ def scalars(metrics: StepMetrics, figures: StepFigures | None) -> dict[str, floa
         seconds = fields.pop("seconds")
         out.update({f"train/{name}": float(value) for name, value in fields.items()})
         out.update({f"seconds/{phase}": value for phase, value in seconds.items()})
+    if metrics.evaluation is not None:
+        fields = metrics.evaluation.figures.model_dump(exclude_none=True, exclude={"step"})
+        out.update({f"eval/{name}": float(value) for name, value in fields.items()})
     return out
 
 

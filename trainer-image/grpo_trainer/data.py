@@ -63,6 +63,16 @@ def render_prompt(prompt: Any, tokenizer) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
+def count_rows(path: str | Path) -> int:
+    """Rows of a parquet file, from its footer (an upper bound of the prompts it yields)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except (OSError, ValueError) as err:
+        raise DatasetError(f"cannot read dataset {path}: {err}") from err
+
+
 def load_prompts(path: str | Path, tokenizer, max_prompt_tokens: int) -> PromptDataset:
     """Read, render and filter a verl-layout parquet file (opened read-only)."""
     import pyarrow.parquet as pq

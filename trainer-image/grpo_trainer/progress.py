@@ -1,6 +1,7 @@
 """The run's account of itself while it trains: the cumulative cost ledger (tokens counted as
-completions are sealed, steps as they complete), the recovery section (last checkpoint, resumed
-step, rollout reuse counts), and the reports that carry them."""
+completions are sealed, evaluations' apart; steps as they complete; the last evaluations), the
+recovery section (last checkpoint, resumed step, rollout reuse counts), and the reports that
+carry them."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from grpo_operator.api.constants import Outcome, Reason, TrainerActivity
 from grpo_operator.api.digest import DigestManifest
 from grpo_operator.api.report import ReportError, StepFigures, TrainerState
 from grpo_operator.api.status import (
+    MAX_EVALS,
     MAX_MESSAGE_LENGTH,
     MAX_REMAINING_SECONDS,
     ArtifactRef,
@@ -62,6 +64,12 @@ class RunProgress:
         self.ledger.prompt_tokens += prompt_tokens
         self.ledger.generated_tokens += generated_tokens
 
+    def add_spent(self, spent) -> None:
+        """Cost ledger: what the journal holds beyond a checkpoint's ledger (``Spent``)."""
+        self.add_tokens(spent.prompt_tokens, spent.generated_tokens)
+        self.ledger.eval_prompt_tokens += spent.eval_prompt_tokens
+        self.ledger.eval_generated_tokens += spent.eval_generated_tokens
+
     def record_step(self, trainer, metrics: StepMetrics) -> None:
         """After-step hook: the step's figures into the ledger (published by ``running``)."""
         led = self.ledger
@@ -70,6 +78,10 @@ class RunProgress:
         led.reward_std = metrics.reward_std
         led.kl = metrics.kl
         led.tokens_per_second = metrics.tokens_per_second
+        if metrics.evaluation is not None:
+            led.eval_prompt_tokens += metrics.evaluation.prompt_tokens
+            led.eval_generated_tokens += metrics.evaluation.generated_tokens
+            led.evals = [metrics.evaluation.figures, *led.evals][:MAX_EVALS]
         self._step_seconds.append(metrics.time_step_s)
         try:
             self.last_step = metrics.figures()

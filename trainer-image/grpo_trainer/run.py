@@ -47,15 +47,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 @contextlib.contextmanager
 def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner_ranks=None,
-              **trainer_options):
+              validation_file: str | None = None, **trainer_options):
     """Build the data, placement group, learner ranks and engines of ``spec`` (a
     ``GRPORunSpec``) on the current Ray cluster, yield a ``Trainer`` (``trainer_options``:
     its ``after_step``, ``rollouts``, ``gates``, ``on_tokens``, ``interrupt``), tear
-    everything down."""
+    everything down. With ``validation_file`` the trainer evaluates as the spec says."""
     import ray
     from transformers import AutoTokenizer
 
     from grpo_trainer.data import load_prompts
+    from grpo_trainer.evaluation import Evaluator
     from grpo_trainer.learner.actor import LearnerSettings
     from grpo_trainer.learner.group import LearnerGroup
     from grpo_trainer.placement import create_placement_group, describe, plan_placement
@@ -72,6 +73,10 @@ def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner
     if dataset.dropped_too_long:
         log.warning("dropped %d prompts longer than maxPromptTokens", dataset.dropped_too_long)
     reward_fn = reward_fn or build_reward(spec.reward.name.value, spec.reward.options())
+    evaluator = None
+    if validation_file is not None:
+        validation = load_prompts(validation_file, tokenizer, algorithm.max_prompt_tokens)
+        evaluator = Evaluator.for_spec(spec, validation, reward_fn)
     plan = plan_placement(
         rollout.placement.value,
         rollout.tensor_parallel_size,
@@ -115,7 +120,7 @@ def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner
         pad_id = tokenizer.pad_token_id
         pad_id = tokenizer.eos_token_id if pad_id is None else pad_id
         yield Trainer(config, dataset, reward_fn, engines, learners, pad_id or 0, plan.colocated,
-                      **trainer_options)
+                      evaluator=evaluator, **trainer_options)
     finally:
         if engines is not None:
             engines.shutdown()
@@ -175,7 +180,8 @@ def _train(args: argparse.Namespace) -> ExitCode:
         # Ray starts only once the inputs are verified; the SIGTERM handler goes in after
         # ray.init, which installs its own for a local cluster.
         with ray_session(), stop.installed(), start_run(
-            config.spec, paths.model_dir, paths.train_file, **trainer_options
+            config.spec, paths.model_dir, paths.train_file,
+            validation_file=paths.validation_file, **trainer_options
         ) as trainer:
             yield trainer
 

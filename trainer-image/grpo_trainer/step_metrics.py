@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from grpo_operator.api.report import PhaseSeconds, StepFigures
+
+if TYPE_CHECKING:
+    from grpo_trainer.evaluation import Evaluation
 
 
 @dataclass(frozen=True)
@@ -14,7 +18,8 @@ class StepMetrics:
 
     Rewards and lengths are over the step's ``promptsPerStep x groupSize`` completions; the
     learner figures are means over the step's optimizer updates (``ppoEpochs x`` mini-batches).
-    ``kl`` is None when klCoef is 0 (no reference model).
+    ``kl`` is None when klCoef is 0 (no reference model). ``evaluation``: the evaluation of
+    the step's weights, when one was due.
     """
 
     step: int
@@ -50,6 +55,7 @@ class StepMetrics:
     time_step_s: float
     prompt_indices: tuple[int, ...] = ()  # the sampled dataset rows (sampler order)
     scores: tuple[float, ...] = ()  # every completion's reward, group by group
+    evaluation: Evaluation | None = None
 
     @property
     def clip_frac(self) -> float:
@@ -79,11 +85,15 @@ class StepMetrics:
                 generate=self.time_generate_s, reward=self.time_reward_s,
                 old_logprobs=self.time_old_logprobs_s, ref_logprobs=self.time_ref_logprobs_s,
                 update=self.time_update_s, sync=self.time_sync_s, checkpoint=checkpoint_s,
+                eval=self.evaluation.figures.seconds if self.evaluation else None,
                 step=self.time_step_s),
         )
 
-    def to_dict(self) -> dict[str, float | int | None]:
-        return asdict(self)
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (the evaluation as its report figures)."""
+        evaluation = self.evaluation
+        return asdict(replace(self, evaluation=None)) | {
+            "evaluation": evaluation.figures.model_dump(mode="json") if evaluation else None}
 
     def progress_line(self) -> str:
         kl = "-" if self.kl is None else f"{self.kl:.4f}"

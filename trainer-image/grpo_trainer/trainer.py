@@ -6,7 +6,9 @@
 go through a ``RolloutLedger`` (prompt-group lineage; with a journal they survive a crash).
 Before every step its ``gates`` may stop the run (budget, SIGTERM); after every step it calls its
 ``after_step`` hooks with the step's ``StepMetrics``: the reporter and checkpoints
-(``attempt.py``), using ``state_dict()`` for the driver-side state.
+(``attempt.py``), using ``state_dict()`` for the driver-side state. With an ``Evaluator``, a
+step whose weights are due for evaluation (``evaluation.py``) is evaluated after its sync, and
+its metrics carry the evaluation.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from grpo_trainer.algorithm_settings import AlgorithmSettings
 from grpo_trainer.batch import build_batch
 from grpo_trainer.data import PromptDataset
+from grpo_trainer.evaluation import Evaluation, Evaluator
 from grpo_trainer.journal.ledger import SIBLING, RolloutLedger
 from grpo_trainer.learner.group import LearnerGroup
 from grpo_trainer.learner.update import REJECTED, UpdatePlan
@@ -129,6 +132,7 @@ class Trainer:
         gates: Sequence[Gate] = (),
         on_tokens: TokenHook | None = None,
         interrupt: Callable[[], bool] = lambda: False,
+        evaluator: Evaluator | None = None,
     ) -> None:
         self.config = config
         self.dataset = dataset
@@ -142,6 +146,7 @@ class Trainer:
         self.gates = list(gates)
         self.on_tokens = on_tokens
         self.interrupt = interrupt  # True: abandon the step after its rollouts (SIGTERM)
+        self.evaluator = evaluator
         self.stopped: str | None = None  # why train() returned early
         self.plan = config.update_plan(learners.world_size)
         self.sampler = PromptSampler(len(dataset), config.prompts_per_step, config.seed)
@@ -186,6 +191,8 @@ class Trainer:
             if metrics is None:
                 break
             log.info("%s", metrics.progress_line())
+            if metrics.evaluation is not None:
+                log.info("%s", metrics.evaluation.line())
             for hook in self.after_step:
                 hook(self, metrics)
             history.append(metrics)
@@ -250,9 +257,14 @@ class Trainer:
         self.rollouts.close_step()
         t4 = time.perf_counter()
 
-        # 7. Metrics.
+        # 7. Evaluate the new weights, when due; 8. metrics.
+        evaluation = None
+        if self.evaluator is not None and self.evaluator.due(self.step):
+            evaluation = self.evaluator.run(self.engines, self.step)
+            self.rollouts.spent_on_evaluation(evaluation.prompt_tokens,
+                                              evaluation.generated_tokens)
         return self._metrics(groups, prompts, batch["scores"], learn, t0, t1, t2, t3, t4, sync_s,
-                             tuple(indices))
+                             tuple(indices), evaluation)
 
     def _rollouts(self, rows) -> float:
         """Generate the missing completions of the open groups, score and seal each one;
@@ -283,7 +295,7 @@ class Trainer:
         return reward_s
 
     def _metrics(self, groups, prompts, scores, learn, t0, t1, t2, t3, t4, sync_s,
-                 indices) -> StepMetrics:
+                 indices, evaluation: Evaluation | None) -> StepMetrics:
         completions = [c for group in groups for c in group]
         lengths = [len(c.token_ids) for c in completions]
         generated = sum(lengths)
@@ -322,4 +334,5 @@ class Trainer:
             time_step_s=t4 - t0,
             prompt_indices=indices,
             scores=tuple(float(x) for x in scores.tolist()),
+            evaluation=evaluation,
         )

@@ -137,6 +137,13 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "priority": 1,
     },
     {
+        "name": "Eval",
+        "type": "number",
+        "jsonPath": ".status.ledger.evals[0].passAt1",
+        "description": "pass@1 of the newest evaluation on the validation file",
+        "priority": 1,
+    },
+    {
         "name": "Reason",
         "type": "string",
         "jsonPath": ".status.terminal.reason",

@@ -23,9 +23,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 from enum import StrEnum
-from typing import Annotated
 
-from pydantic import Field, StrictFloat, ValidationError
+from pydantic import Field, ValidationError
 
 from grpo_operator.api.base import ApiModel, Rule, Timestamp, schema_version_type
 from grpo_operator.api.status import (
@@ -33,6 +32,7 @@ from grpo_operator.api.status import (
     AttemptFailure,
     Count,
     Finite,
+    Fraction,
     NonNegative,
     ReportCursor,
     Step,
@@ -73,9 +73,6 @@ class TrainerState(StrEnum):
     """Ended; `terminal` says how."""
 
 
-Fraction = Annotated[StrictFloat, Field(allow_inf_nan=False, ge=0, le=1)]
-
-
 class PhaseSeconds(ApiModel):
     """How long the phases of a step took, in seconds."""
 
@@ -94,8 +91,10 @@ class PhaseSeconds(ApiModel):
     """Putting the new weights into the rollout engines."""
     checkpoint: NonNegative | None = None
     """Writing the checkpoint of this step; unset when the step wrote none."""
+    eval: NonNegative | None = None
+    """Evaluating the step's weights on the validation file; unset when none was due."""
     step: NonNegative
-    """The whole step, checkpoint excluded."""
+    """The whole step, checkpoint and evaluation excluded."""
 
 
 class StepFigures(ApiModel):

@@ -164,10 +164,13 @@ class GRPORunSpec(ApiModel):
             field_path=".rollout.tensorParallelSize",
         ),
         Rule(
-            cel="!has(self.algorithm.evalIntervalSteps) || has(self.dataset.validationFile)",
-            message="algorithm.evalIntervalSteps needs dataset.validationFile",
+            cel="(!has(self.algorithm.evalIntervalSteps) && !has(self.algorithm.evalMaxPrompts)"
+            ") || has(self.dataset.validationFile)",
+            message="algorithm.evalIntervalSteps and algorithm.evalMaxPrompts need "
+            "dataset.validationFile",
             check=lambda s: (
-                s.algorithm.eval_interval_steps is None or s.dataset.validation_file is not None
+                (s.algorithm.eval_interval_steps is None and s.algorithm.eval_max_prompts is None)
+                or s.dataset.validation_file is not None
             ),
             field_path=".algorithm.evalIntervalSteps",
         ),

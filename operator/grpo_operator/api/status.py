@@ -35,6 +35,7 @@ MAX_SEEN_RETRY_IDS = 16
 MAX_RETRY_ID_LENGTH = 253
 MAX_CONDITIONS = 16
 MAX_MESSAGE_LENGTH = 4096
+MAX_EVALS = 5
 
 Count = Annotated[StrictInt, Field(ge=0, le=2**53)]
 Step = Annotated[StrictInt, Field(ge=0, le=10_000_000)]
@@ -42,6 +43,7 @@ Attempt = Annotated[StrictInt, Field(ge=1, le=MAX_ATTEMPT)]
 # Bounds stay within int64: kubectl turns integral YAML numbers into integers.
 Finite = Annotated[StrictFloat, Field(allow_inf_nan=False, ge=-1e15, le=1e15)]
 NonNegative = Annotated[StrictFloat, Field(allow_inf_nan=False, ge=0, le=1e15)]
+Fraction = Annotated[StrictFloat, Field(allow_inf_nan=False, ge=0, le=1)]
 InPodPath = Annotated[Str, Field(min_length=1, max_length=1024, pattern=r"^/")]
 ReasonText = Annotated[
     Str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
@@ -112,6 +114,28 @@ class ArtifactRef(ApiModel):
     """sha256 of its digest manifest."""
 
 
+class EvalFigures(ApiModel):
+    """One evaluation on the validation file (algorithm.evalIntervalSteps)."""
+
+    step: Step
+    """The steps completed when it ran: the weights it evaluated."""
+    prompts: StrictInt = Field(ge=1, le=1_000_000)
+    """Validation prompts scored."""
+    samples: StrictInt = Field(ge=1, le=64)
+    """Completions per prompt (algorithm.evalSamples)."""
+    reward_mean: Finite
+    """Mean reward over every completion."""
+    pass_at_1: Fraction
+    """Share of completions that pass (reward 1), averaged per prompt: the unbiased pass@1."""
+    pass_at_k: Fraction | None = None
+    """pass@k with k = samples: the share of prompts with at least one passing completion;
+    unset with one sample."""
+    response_length_mean: NonNegative
+    """Mean completion length, in tokens."""
+    seconds: NonNegative
+    """Generating and scoring it."""
+
+
 class TrainerLedger(ApiModel):
     """Progress and spending as the trainer counts them."""
 
@@ -131,6 +155,19 @@ class TrainerLedger(ApiModel):
     """Mean KL to the reference model in the last step."""
     tokens_per_second: NonNegative | None = None
     """Generated tokens per second in the last step."""
+    eval_prompt_tokens: Count = 0
+    """Prompt tokens sent to the rollout engine by evaluations (apart from promptTokens)."""
+    eval_generated_tokens: Count = 0
+    """Completion tokens evaluations generated (apart from generatedTokens; both count against
+    budget.maxGeneratedTokens)."""
+    evals: list[EvalFigures] = Field(default_factory=list, max_length=MAX_EVALS)
+    """The last evaluations, newest first (at most 5)."""
+
+    @property
+    def budget_tokens(self) -> int:
+        """What counts against budget.maxGeneratedTokens: training's and evaluations'
+        generated tokens."""
+        return self.generated_tokens + self.eval_generated_tokens
 
     RULES = (
         Rule(
@@ -177,7 +214,8 @@ class BudgetRemaining(ApiModel):
     """What is left of spec.budget (absent: no such limit)."""
 
     generated_tokens: StrictInt | None = None
-    """Tokens left of budget.maxGeneratedTokens (negative when overspent)."""
+    """Tokens left of budget.maxGeneratedTokens after training's and evaluations' (negative
+    when overspent)."""
     gpu_hours: Finite | None = Field(default=None, alias="gpuHours")
     """GPU-hours left of budget.maxGPUHours (negative when overspent)."""
 

@@ -81,8 +81,18 @@ class AlgorithmSpec(ApiModel):
     seed: StrictInt = Field(default=0, ge=0, le=2_147_483_647)
     """Seed of the prompt sampler, the sampling and the initialisation of everything random."""
     eval_interval_steps: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
-    """Evaluate on dataset.validationFile every this many steps (and at the end); needs a
-    validation file. Unset: evaluate only at the end when there is a validation file."""
+    """Evaluate on dataset.validationFile after every this many steps (and after the last);
+    needs a validation file. Unset: evaluate only after the last step when there is a
+    validation file."""
+    eval_samples: StrictInt = Field(default=1, ge=1, le=64)
+    """Completions per validation prompt. 1: greedy decoding, pass@1; n > 1: n samples at
+    temperature and topP, pass@1 (their mean) and pass@n. A completion passes when its reward
+    is 1 (the built-in rewards' score for a correct answer)."""
+    eval_max_prompts: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    """Evaluate on the first this many prompts of the validation file (file order, after the
+    maxPromptTokens filter). Unset: all of them. With budget.maxGeneratedTokens, setting it lets
+    acceptance count evaluations in the plan's worst case (the trainer counts them either way,
+    when it starts)."""
 
     RULES = (
         Rule(

@@ -67,12 +67,14 @@ def make_config(tiny_dirs, run_dir: Path, *, attempt: int = 1, resume: ResumeMod
     doc = toy.tiny_spec(tiny_dirs["model"], data, run_dir.parent, **algorithm)
     for section, values in (spec_patch or {}).items():
         doc[section] = {**doc.get(section, {}), **values}
+    validation = doc["dataset"].get("validationFile")
     return RunConfig(
         run=RunIdentity(name="tiny", namespace="default", uid=run_dir.name),
         attempt=attempt,
         resume=resume,
         paths=RunPaths(model_dir=str(tiny_dirs["model"]), data_dir=str(data),
-                       train_file=str(data / "train.parquet"), checkpoint_dir=str(run_dir)),
+                       train_file=str(data / "train.parquet"), checkpoint_dir=str(run_dir),
+                       validation_file=str(data / validation) if validation else None),
         report_config_map="tiny-report",
         spec=GRPORunSpec.model_validate(doc),
     )
@@ -93,6 +95,7 @@ def run_attempt(tiny_dirs, engines) -> Callable[..., Outcome]:
 
     from grpo_trainer.attempt import run_attempt as attempt_main
     from grpo_trainer.data import load_prompts
+    from grpo_trainer.evaluation import Evaluator
     from grpo_trainer.learner.actor import LearnerSettings
     from grpo_trainer.learner.group import LearnerGroup
     from grpo_trainer.placement import Slot
@@ -117,6 +120,11 @@ def run_attempt(tiny_dirs, engines) -> Callable[..., Outcome]:
             tokenizer = AutoTokenizer.from_pretrained(config.paths.model_dir)
             dataset = load_prompts(config.paths.train_file, tokenizer,
                                    spec.algorithm.max_prompt_tokens)
+            evaluator = None
+            if config.paths.validation_file is not None:
+                evaluator = Evaluator.for_spec(spec, load_prompts(
+                    config.paths.validation_file, tokenizer, spec.algorithm.max_prompt_tokens),
+                    reward_fn)
             learners = LearnerGroup(
                 LearnerSettings(model_dir=config.paths.model_dir, algorithm=settings.algorithm,
                                 learning_rate=spec.algorithm.learning_rate, weight_decay=0.0,
@@ -127,7 +135,8 @@ def run_attempt(tiny_dirs, engines) -> Callable[..., Outcome]:
                     ray.get([rank.__ray_call__.remote(_set_env, learner_env)
                              for rank in learners.ranks])
                 trainer = Trainer(settings, dataset, reward_fn, engines, learners,
-                                  tokenizer.pad_token_id, **trainer_options)
+                                  tokenizer.pad_token_id, evaluator=evaluator,
+                                  **trainer_options)
                 if prepare is not None:
                     prepare(trainer)
                 yield trainer

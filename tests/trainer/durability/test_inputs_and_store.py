@@ -15,9 +15,6 @@ from grpo_operator.api.checkpoint_layout import DIGEST_MANIFEST_FILE, parse_late
 from grpo_operator.api.digest import DigestManifest, digest_of_directory, digest_of_files
 from grpo_operator.api.exit_codes import ExitCode
 from grpo_operator.api.report import TrainerState, parse_report
-from grpo_operator.api.spec import GRPORunSpec
-from grpo_trainer import toy
-from grpo_trainer.budget import TokenBudget
 from grpo_trainer.checkpoint import CheckpointStore
 from grpo_trainer.driver.outcome import exit_line
 from grpo_trainer.frozen_inputs import FrozenInputChangedError, FrozenInputs
@@ -151,20 +148,3 @@ def test_store_keeps_k_publishes_latest_last_and_skips_what_does_not_verify(tmp_
     assert not (store.root / "step_6").exists()
     store.save(5, _write("w5"))  # the next save clears the stale .tmp
     assert sorted(p.name for p in store.root.iterdir()) == ["latest", "step_4", "step_5"]
-
-
-def test_budget_admission_and_stop_rule():
-    def budget(limit, stop):
-        spec = GRPORunSpec.model_validate(toy.tiny_spec(
-            "/m", "/d", "/c", maxSteps=4) | {"budget": {"maxGeneratedTokens": limit,
-                                                        "stopAtLimit": stop}})
-        return TokenBudget.from_spec(spec)
-
-    worst = 4 * 4 * 16  # promptsPerStep x groupSize x maxResponseTokens
-    assert budget(4 * worst, False).refuse_plan(0, 4) is None
-    assert "remaining 4 steps" in budget(4 * worst - 1, False).refuse_plan(0, 4)
-    assert budget(worst, True).refuse_plan(0, 4) is None
-    assert budget(worst, True).refuse_step(1) is not None
-    assert budget(2 * worst, True).refuse_step(worst) is None
-    assert budget(None, True).refuse_step(10**9) is None
-

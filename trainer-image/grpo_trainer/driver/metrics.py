@@ -9,6 +9,8 @@ The token counts are counters (``_total``): they only grow over a run's attempts
 ``rate()`` gives tokens per second. Steps completed is a gauge: a resumed attempt may go back
 to its checkpoint's step. The step's figures (``lastStep`` of the report) are gauges of the
 newest step; a figure with several parts (clip bounds, phases) is one family with a label.
+The newest evaluation's figures (``ledger.evals``) are ``grpo_trainer_eval_*`` gauges, its step
+among them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from grpo_operator.api.constants import TrainerActivity
 from grpo_operator.api.report import PhaseSeconds, Report, StepFigures, TrainerState, parse_report
+from grpo_operator.api.status import EvalFigures
 
 log = logging.getLogger("grpo_trainer.driver")
 
@@ -66,6 +69,21 @@ COUNTERS: tuple[tuple[str, str, Callable[[Report], float]], ...] = (
      lambda r: r.ledger.prompt_tokens),
     ("generated_tokens", "Completion tokens generated, over all attempts, discarded work "
      "included.", lambda r: r.ledger.generated_tokens),
+    ("eval_prompt_tokens", "Prompt tokens sent to the rollout engines by evaluations.",
+     lambda r: r.ledger.eval_prompt_tokens),
+    ("eval_generated_tokens", "Completion tokens evaluations generated.",
+     lambda r: r.ledger.eval_generated_tokens),
+)
+EVAL_FIGURES: tuple[tuple[str, str, Callable[[EvalFigures], float | None]], ...] = (
+    ("eval_step", "Step whose weights the newest evaluation scored.", lambda e: e.step),
+    ("eval_prompts", "Validation prompts the newest evaluation scored.", lambda e: e.prompts),
+    ("eval_reward_mean", "Mean reward of the newest evaluation.", lambda e: e.reward_mean),
+    ("eval_pass_at_1_ratio", "pass@1 of the newest evaluation.", lambda e: e.pass_at_1),
+    ("eval_pass_at_k_ratio", "pass@k (k = evalSamples) of the newest evaluation; no series "
+     "with one sample.", lambda e: e.pass_at_k),
+    ("eval_response_length_mean_tokens", "Mean completion length of the newest evaluation.",
+     lambda e: e.response_length_mean),
+    ("eval_seconds", "Duration of the newest evaluation.", lambda e: e.seconds),
 )
 STEP_FIGURES: tuple[tuple[str, str, Callable[[StepFigures], float | None]], ...] = (
     ("entropy_nats", "Mean per-token entropy of the policy in the last step.",
@@ -121,6 +139,9 @@ class ReportGauges:
                                report.progress.activity)
         if report.last_step is not None:
             yield from self._step(report.last_step)
+        if report.ledger.evals:
+            for name, documentation, figure in EVAL_FIGURES:
+                yield from self._gauge(name, documentation, figure(report.ledger.evals[0]))
 
     def _step(self, figures: StepFigures) -> Iterator[Metric]:
         for name, documentation, figure in STEP_FIGURES:

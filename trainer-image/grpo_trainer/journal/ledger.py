@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 
 from grpo_trainer.batch import Completion
-from grpo_trainer.journal.journal import DispatchRecord, Journal, SealRecord
+from grpo_trainer.journal.journal import DispatchRecord, EvalRecord, Journal, SealRecord
 from grpo_trainer.journal.state import (
     LIVE,
     AttemptRecord,
@@ -68,6 +68,8 @@ class Spent:
 
     prompt_tokens: int = 0
     generated_tokens: int = 0
+    eval_prompt_tokens: int = 0
+    eval_generated_tokens: int = 0
 
 
 class RolloutLedger:
@@ -182,6 +184,15 @@ class RolloutLedger:
             if self.journal is not None:
                 self.journal.sync()
 
+    def spent_on_evaluation(self, prompt_tokens: int, generated_tokens: int) -> None:
+        """An evaluation of the current weights ran: journal what it spent (its tokens count
+        even if the process dies before a checkpoint includes them)."""
+        if self.journal is not None:
+            self.journal.append(EvalRecord(weight_version=self.weight_version,
+                                           prompt_tokens=prompt_tokens,
+                                           generated_tokens=generated_tokens))
+            self.journal.sync()
+
     def fail(self, attempt_ids: list[str]) -> None:
         """The engine call for these attempts raised."""
         wanted = set(attempt_ids)
@@ -242,10 +253,14 @@ class RolloutLedger:
             ledger.carried = {g.id: g.model_copy(deep=True) for g in state.groups}
         journal.discard_newer_than(step)
         dispatched, sealed, discarded = set(), set(), set()
-        prompt_tokens = generated = 0
+        prompt_tokens = generated = eval_prompt_tokens = eval_generated = 0
         for seg in journal.segments():
             for included, record in _records(journal, seg, accounted.get(seg.name, 0)):
-                if isinstance(record, SealRecord):
+                if isinstance(record, EvalRecord):
+                    if not included:
+                        eval_prompt_tokens += record.prompt_tokens
+                        eval_generated += record.generated_tokens
+                elif isinstance(record, SealRecord):
                     sealed.add(record.attempt)
                     if not seg.discarded and seg.weight_version == step:
                         ledger._carry(record)
@@ -262,7 +277,7 @@ class RolloutLedger:
         ledger.counts.abandoned_attempts += len(dispatched - sealed) + len(discarded)
         for group in ledger.carried.values():
             ledger._settle(group)
-        return ledger, Spent(prompt_tokens, generated)
+        return ledger, Spent(prompt_tokens, generated, eval_prompt_tokens, eval_generated)
 
     def _carry(self, record: SealRecord) -> None:
         group = self.carried.get(record.group)
