@@ -59,7 +59,7 @@ def run(cluster: LocalCluster, run_body: dict, work: Path, timeout: float,
               + ", ".join(f"{h['attempt']}: {h['reason']} from step {h['fromStep']}"
                           for h in recovery["history"])
               + f"); the last one resumed from step {recovery.get('resumedFromStep')}")
-    print(cluster.kubectl("get", "grpo", "-n", namespace).stdout)
+    print(cluster.kubectl("get", "grpo", "-n", namespace, "-o", "wide").stdout)
     return 0
 
 

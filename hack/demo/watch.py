@@ -65,6 +65,9 @@ def _line(elapsed: float, status: dict[str, Any]) -> str:
                             ("generatedTokens", "tokens", "{}")):
         if ledger.get(key) is not None:
             parts.append(f"{label} {fmt.format(ledger[key])}")
+    if ledger.get("evals"):
+        newest = ledger["evals"][0]
+        parts.append(f"eval@{newest['step']} pass@1 {newest['passAt1']:.3f}")
     return "  ".join(parts)
 
 

@@ -36,12 +36,13 @@ DRIVER_METRICS = {f"grpo_trainer_{name}" for name in (
     "step_seconds", "remaining_seconds", "entropy_nats", "grad_norm", "learning_rate",
     "clipped_tokens_ratio", "logprob_mismatch", "response_length_mean_tokens",
     "response_length_max_tokens", "truncated_responses_ratio", "phase_seconds", "state",
-    "activity", "generated_tokens_total", "prompt_tokens_total")}
+    "activity", "generated_tokens_total", "prompt_tokens_total", "eval_pass_at_1_ratio",
+    "eval_reward_mean", "eval_generated_tokens_total")}
 PER_RUN = OPERATOR_RUN_GAUGES | DRIVER_METRICS
 METRICS = (OPERATOR_GAUGES | OPERATOR_COUNTERS | PER_RUN
            | {h + suffix for h in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")})
 # A metric name and the selector following it, if any.
-SELECTION = re.compile(r"\b(grpo_[a-z_]+)(\{[^}]*\})?")
+SELECTION = re.compile(r"\b(grpo_[a-z0-9_]+)(\{[^}]*\})?")
 RUN_MATCHERS = ('namespace=~"$namespace"', 'name=~"$run"')
 
 

@@ -27,6 +27,7 @@ SPEC = {
     "checkpoint": {"volume": {"hostPath": {"path": "/data/checkpoints"}}},
 }
 PVCS = {"sets": {"spec": {"accessModes": ["ReadOnlyMany"]}}}
+OPEN = Confinement(host_path_prefixes=("/data",))
 
 
 def spec(**changes) -> GRPORunSpec:
@@ -98,6 +99,20 @@ def test_the_operators_signing_secret_cannot_be_referenced():
 def test_the_budget_is_judged_first():
     over = spec(budget={"maxGeneratedTokens": 1})
     assert accept(over, PVCS).reason == "BudgetTooSmall"
+
+
+def test_evaluations_count_in_the_budget_when_evalmaxprompts_bounds_them():
+    plan = 3 * 2 * 2 * 8  # maxSteps x promptsPerStep x groupSize x maxResponseTokens
+    evaluating = {"dataset": {**SPEC["dataset"], "validationFile": "v.parquet"},
+                  "budget": {"maxGeneratedTokens": plan + 5 * 8}}
+    assert accept(spec(**evaluating), PVCS, OPEN) is None  # unknown size: the trainer's call
+    bounded = spec(**evaluating, algorithm={**SPEC["algorithm"], "evalMaxPrompts": 5})
+    assert accept(bounded, PVCS, OPEN) is None  # one evaluation, after the last step
+    every_step = spec(**evaluating, algorithm={**SPEC["algorithm"], "evalMaxPrompts": 5,
+                                               "evalIntervalSteps": 1})
+    refusal = accept(every_step, PVCS, OPEN)
+    assert refusal.reason == "BudgetTooSmall"
+    assert "3 step(s) x 32 tokens + 3 evaluation(s) x 40 tokens = 216" in refusal.message
 
 
 def test_settings_carry_the_prefixes_and_the_signing_secret():

@@ -85,7 +85,8 @@ def report(sequence: int, state=TrainerState.RUNNING, attempt: int = 1, steps: i
            terminal: TrainerTerminal | None = None) -> str:
     return Report(schema_version=1, attempt=attempt, sequence=sequence, time=NOW, state=state,
                   ledger=TrainerLedger(planned_steps=3, completed_steps=steps,
-                                       generated_tokens=40 * steps),
+                                       generated_tokens=40 * steps,
+                                       eval_generated_tokens=5 * steps),
                   terminal=terminal).to_json()
 
 
@@ -126,7 +127,8 @@ def test_reports_are_mirrored_in_order():
     d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
                        report_data=report(0)))
     assert d.status.ledger.completed_steps == 1
-    assert d.status.ledger.budget_remaining.generated_tokens == 1000 - 40
+    # Training's and the evaluations' tokens both count against the budget.
+    assert d.status.ledger.budget_remaining.generated_tokens == 1000 - 40 - 5
     assert d.status.accepted_report == ReportCursor(attempt=1, sequence=0)
     assert not [e for e in d.events if e.type == "Warning"]
 

@@ -109,6 +109,13 @@ INVALID: tuple[Invalid, ...] = (
         (("spec.dataset.validationFile", DELETE), (f"{A}.evalIntervalSteps", 5)),
         "evalIntervalSteps",
     ),
+    Invalid(
+        "eval-prompts-without-validation",
+        (("spec.dataset.validationFile", DELETE), (f"{A}.evalMaxPrompts", 5)),
+        "evalMaxPrompts",
+    ),
+    _one("eval-samples-zero", f"{A}.evalSamples", 0, "evalSamples"),
+    _one("eval-samples-over", f"{A}.evalSamples", 65, "evalSamples"),
     _one(
         "validation-equals-train",
         "spec.dataset.validationFile",

@@ -42,12 +42,15 @@ def _assert_activities_in_order(shown: str) -> None:
     assert set(after) <= WHILE_TRAINING, seen
 
 
-def _get_grpo_rows(shown: str, name: str) -> tuple[list[str], list[str]]:
-    """The header and the run's row of the `kubectl get grpo` table the demo printed."""
+def _get_grpo_row(shown: str, name: str) -> dict[str, str]:
+    """The run's row of the `kubectl get grpo` table the demo printed, by column (cut at the
+    header's column starts: an empty cell, such as ETA once the run ended, is "")."""
     lines = shown.splitlines()
-    header = next(line.split() for line in lines if line.startswith("NAME "))
-    row = next(line.split() for line in lines if line.startswith(f"{name} "))
-    return header, row
+    header = next(line for line in lines if line.startswith("NAME "))
+    row = next(line for line in lines if line.startswith(f"{name} "))
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    return {header[a:b].strip(): row[a:b].strip()
+            for a, b in zip(starts, [*starts[1:], None], strict=True)}
 
 
 def _series_values(result: list[dict]) -> dict[float, float]:
@@ -101,8 +104,16 @@ def test_the_tiny_example_trains_to_success_and_cleans_up(cluster, operator, run
     _assert_activities_in_order(shown)
     assert re.search(rf"step [1-9]\d*/{steps}  eta \d", shown), shown[-4000:]
     assert status["progress"]["percent"] == 100 and "eta" not in status["progress"]
-    header, row = _get_grpo_rows(shown, name)
-    assert row[header.index("DONE%")] == "100", (header, row)
+    row = _get_grpo_row(shown, name)
+    assert row["DONE%"] == "100" and row["ETA"] == "", row
+    # Evaluations after steps 2 and 4 (evalIntervalSteps) and 5 (the last), newest first; the
+    # wide table's Eval column is the newest one's pass@1.
+    evals = status["ledger"]["evals"]
+    assert [e["step"] for e in evals] == [5, 4, 2], evals
+    assert all(e["prompts"] == 16 and e["samples"] == 1 and "passAtK" not in e for e in evals)
+    assert float(row["EVAL"]) == pytest.approx(evals[0]["passAt1"]), row
+    assert (row["ACTIVITY"], row["REASON"]) == ("SealingArtifact", "Completed"), row
+    assert re.search(r"eval@[245] pass@1 \d", shown), shown[-4000:]  # as the demo polled it
     curve = (tmp_path / "demo" / "curve.txt").read_text().splitlines()
     assert [int(row.split()[0]) for row in curve[1:]] == list(range(1, steps + 1)), curve
     assert (tmp_path / "demo" / "curve.png").stat().st_size > 0
@@ -116,8 +127,10 @@ def test_the_tiny_example_trains_to_success_and_cleans_up(cluster, operator, run
     ledger, terminal = status["ledger"], status["terminal"]
     assert ledger["plannedSteps"] == steps
     assert ledger["generatedTokens"] > 0 and ledger["promptTokens"] > 0
+    assert ledger["evalGeneratedTokens"] > 0 and ledger["evalPromptTokens"] > 0
     assert ledger["budgetRemaining"]["generatedTokens"] == (
         body["spec"]["budget"]["maxGeneratedTokens"] - ledger["generatedTokens"]
+        - ledger["evalGeneratedTokens"]
     )
     # The trainer's TensorBoard records, one per step, beside the checkpoints; Prometheus's
     # scrapes of the driver agree with them.
@@ -126,6 +139,7 @@ def test_the_tiny_example_trains_to_success_and_cleans_up(cluster, operator, run
     assert [step for step, _ in board["seconds/checkpoint"]] == list(range(1, steps + 1))
     assert {"seconds/ref_logprobs", "seconds/old_logprobs", "train/grad_norm",
             "train/entropy", "kl/reference"} <= set(board)
+    assert [step for step, _ in board["eval/pass_at_1"]] == [2, 4, 5]
     _assert_scraped(prometheus, runs.namespace, name, since, dict(board["reward/mean"]))
 
     artifact = tmp_path / "checkpoints" / run["metadata"]["uid"] / "artifact"
