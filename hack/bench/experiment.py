@@ -85,7 +85,7 @@ class Experiment:
             "num_iterations": 1,
             "learning_rate": self.learning_rate,
             "lr_scheduler_type": "constant",  # ours has no schedule
-            "weight_decay": 0.0,  # grpo_trainer.run.WEIGHT_DECAY
+            "weight_decay": 0.0,  # algorithm.weightDecay's default, on both sides
             "optim": "adamw_torch",  # torch.optim.AdamW, as the learner ranks
             "max_grad_norm": self.max_grad_norm,
             "beta": self.kl_coef,  # TRL's KL term is the k3 estimator

@@ -83,8 +83,8 @@ def check_budget(spec: GRPORunSpec) -> Refusal | None:
 
 
 def claims(spec: GRPORunSpec) -> dict[str, tuple[str, set[str]]]:
-    """PVC name → (what it is for, the access modes that suffice). Every Ray pod and the
-    driver mount the inputs (several nodes); the head and the workers write checkpoints."""
+    """PVC name → (what it is for, the access modes that suffice). Every Ray pod mounts the
+    inputs (several nodes); the head and the workers write checkpoints."""
     wanted: dict[str, tuple[str, set[str]]] = {}
 
     def add(volume: VolumeSource, role: str, modes: set[str]) -> None:

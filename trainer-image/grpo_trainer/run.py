@@ -26,10 +26,6 @@ from grpo_trainer.driver.outcome import announce_exit
 
 log = logging.getLogger("grpo_trainer.run")
 
-WEIGHT_DECAY = 0.0
-"""AdamW weight decay: the contract has no field for it yet; 0 as in TRL's default."""
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``run`` subcommand."""
     p = subparsers.add_parser(
@@ -67,7 +63,7 @@ def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner
 
     algorithm, rollout, resources = spec.algorithm, spec.rollout, spec.resources
     config = TrainerConfig.from_algorithm(
-        algorithm, rollout.logprob_mismatch_limit(algorithm.top_p))
+        algorithm, rollout.logprob_mismatch_limit(algorithm.top_p, spec.learner.dtype))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     dataset = load_prompts(train_file, tokenizer, algorithm.max_prompt_tokens)
     if dataset.dropped_too_long:
@@ -86,14 +82,7 @@ def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner
     )
     group = create_placement_group(plan)
     log.info("placement %s: %s", rollout.placement.value, json.dumps(describe(plan, group)))
-    learner_settings = LearnerSettings(
-        model_dir=model_dir,
-        algorithm=config.algorithm,
-        learning_rate=algorithm.learning_rate,
-        weight_decay=WEIGHT_DECAY,
-        seed=algorithm.seed,
-        use_gpu=plan.use_gpu,
-    )
+    learner_settings = LearnerSettings.from_spec(spec, model_dir, config.algorithm, plan.use_gpu)
     engine_settings = EngineSettings(
         model_dir=model_dir,
         max_model_len=rollout.max_model_len

@@ -33,7 +33,7 @@ from grpo_operator.api.constants import (
 )
 from grpo_operator.api.inputs import CheckpointSpec, DatasetSource, ModelSource, RewardSpec
 from grpo_operator.api.resources import ResourcesSpec
-from grpo_operator.api.training import AlgorithmSpec, RolloutSpec
+from grpo_operator.api.training import AlgorithmSpec, LearnerSpec, RolloutSpec
 
 
 class BudgetSpec(ApiModel):
@@ -139,6 +139,8 @@ class GRPORunSpec(ApiModel):
     """The verifiable reward. Frozen."""
     algorithm: AlgorithmSpec
     """GRPO settings. Frozen, except maxSteps (may be raised)."""
+    learner: LearnerSpec = Field(default_factory=LearnerSpec)
+    """The learner's compute dtype and memory (dtype frozen)."""
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     """The rollout engine."""
     resources: ResourcesSpec
@@ -193,6 +195,13 @@ class GRPORunSpec(ApiModel):
         _whole("dataset", "dataset"),
         _whole("reward", "reward"),
         *_frozen_algorithm_rules(),
+        TransitionRule(
+            cel="self.learner.dtype == oldSelf.learner.dtype",
+            message="learner.dtype is immutable",
+            check=lambda old, new: old.learner.dtype == new.learner.dtype,
+            field_path=".learner.dtype",
+            frozen=("learner.dtype",),
+        ),
         TransitionRule(
             cel="self.algorithm.maxSteps >= oldSelf.algorithm.maxSteps",
             message="algorithm.maxSteps may only be raised",

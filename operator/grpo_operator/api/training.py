@@ -1,4 +1,5 @@
-"""Spec sections describing the optimisation: the GRPO algorithm and the rollout engine."""
+"""Spec sections describing the optimisation: the GRPO algorithm, the learner's numerics and
+the rollout engine."""
 
 from __future__ import annotations
 
@@ -51,6 +52,13 @@ class AlgorithmSpec(ApiModel):
     trainer picks one."""
     learning_rate: StrictFloat = Field(default=1e-6, gt=0, le=1)
     """AdamW learning rate."""
+    weight_decay: StrictFloat = Field(default=0.0, ge=0, le=10)
+    """AdamW's decoupled weight decay, on every trained parameter (0: TRL's default; verl's
+    actor uses 0.01)."""
+    adam_beta1: StrictFloat = Field(default=0.9, ge=0, lt=1)
+    """AdamW's first-moment decay."""
+    adam_beta2: StrictFloat = Field(default=0.999, ge=0, lt=1)
+    """AdamW's second-moment decay."""
     max_grad_norm: StrictFloat = Field(default=1.0, gt=0, le=1e6)
     """Gradient clipping by global norm."""
     kl_coef: StrictFloat = Field(default=0.001, ge=0, le=100)
@@ -119,6 +127,30 @@ class AlgorithmSpec(ApiModel):
     )
 
 
+class LearnerDType(StrEnum):
+    """The learner's compute dtype; master weights, gradients and optimizer state are
+    float32 either way."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+
+
+class LearnerSpec(ApiModel):
+    """The learner ranks' numerics and memory."""
+
+    dtype: LearnerDType = LearnerDType.FLOAT32
+    """`float32`: everything in float32. `bfloat16`: mixed precision — float32 master weights,
+    gradients and AdamW state; forward and backward computed in bfloat16 (FSDP2's
+    MixedPrecisionPolicy with float32 gradient reduction on sharded GPU ranks, as verl's actor
+    does; torch.autocast on one GPU and on CPUs). Logprobs and the loss are computed in float32
+    either way. Frozen after creation."""
+    gradient_checkpointing: StrictBool = False
+    """Recompute each decoder layer's activations during backward instead of keeping them
+    (Hugging Face gradient checkpointing, non-reentrant): much less activation memory for about
+    one more forward pass per update. It changes memory and time, not results: editable, taken
+    up by the next attempt."""
+
+
 class RolloutPlacement(StrEnum):
     """Where vLLM runs relative to the learner."""
 
@@ -156,16 +188,19 @@ class RolloutSpec(ApiModel):
     max_logprob_mismatch: StrictFloat | None = Field(default=None, gt=0, le=100)
     """The runtime parity guard: the largest mean |learner - engine| logprob per response token
     a step may show before it is not trained on and the attempt ends WeightSyncMismatch (a
-    stale or broken weight sync). Unset: 1e-3 with dtype float32, 0.1 otherwise (bf16 and fp16
-    engines differ from a float32 learner by a few hundredths per token); and no guard when
+    stale or broken weight sync). Unset: 1e-3 with dtype float32 and a float32 learner, 0.1
+    otherwise (bf16 and fp16 engines or learners differ from float32 by a few hundredths per
+    token); and no guard when
     algorithm.topP < 1, where the engine's logprobs are those of the nucleus it sampled from
     and differ from the learner's by design (set it to guard anyway)."""
 
-    def logprob_mismatch_limit(self, top_p: float) -> float | None:
-        """The parity guard's threshold for sampling at ``top_p`` (None: no guard; see
-        max_logprob_mismatch)."""
+    def logprob_mismatch_limit(self, top_p: float,
+                               learner: LearnerDType = LearnerDType.FLOAT32) -> float | None:
+        """The parity guard's threshold for sampling at ``top_p`` against a ``learner``
+        computing in that dtype (None: no guard; see max_logprob_mismatch)."""
         if self.max_logprob_mismatch is not None:
             return self.max_logprob_mismatch
         if top_p < 1:
             return None
-        return 1e-3 if self.dtype == RolloutDType.FLOAT32 else 0.1
+        exact = self.dtype == RolloutDType.FLOAT32 and learner == LearnerDType.FLOAT32
+        return 1e-3 if exact else 0.1

@@ -39,8 +39,6 @@ from grpo_operator.children.volumes import (
     SCRATCH_ENV,
     SCRATCH_MOUNT,
     SCRATCH_VOLUME,
-    input_mounts,
-    input_volumes,
     ray_auth_volume,
     report_key_volume,
     run_config_volume,
@@ -80,8 +78,9 @@ def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
             {"name": METRICS_PORT_NAME, "containerPort": DRIVER_METRICS_PORT, "protocol": "TCP"}
         ],
         "resources": {"requests": dict(amounts), "limits": dict(amounts)},
-        "volumeMounts": [RUN_CONFIG_MOUNT, RAY_AUTH_MOUNT, REPORT_KEY_MOUNT, SCRATCH_MOUNT,
-                         *input_mounts(spec)],
+        # No model or dataset: the driver submits and follows; the trainer reads them on the
+        # Ray pods.
+        "volumeMounts": [RUN_CONFIG_MOUNT, RAY_AUTH_MOUNT, REPORT_KEY_MOUNT, SCRATCH_MOUNT],
         "securityContext": container_security_context(),
     }
     if r.image_pull_policy:
@@ -97,7 +96,7 @@ def driver_job(spec: GRPORunSpec, run: RunRef, attempt: int) -> dict[str, Any]:
         ),
         "containers": [container],
         "volumes": [run_config_volume(run.name), ray_auth_volume(run.name),
-                    report_key_volume(run.name), SCRATCH_VOLUME, *input_volumes(spec)],
+                    report_key_volume(run.name), SCRATCH_VOLUME],
     }
     if r.image_pull_secrets:
         pod["imagePullSecrets"] = [s.to_wire() for s in r.image_pull_secrets]

@@ -115,6 +115,9 @@ INVALID: tuple[Invalid, ...] = (
         "evalMaxPrompts",
     ),
     _one("eval-samples-zero", f"{A}.evalSamples", 0, "evalSamples"),
+    _one("learner-dtype-float16", "spec.learner.dtype", "float16", "dtype"),
+    _one("weight-decay-negative", f"{A}.weightDecay", -0.1, "weightDecay"),
+    _one("adam-beta2-one", f"{A}.adamBeta2", 1.0, "adamBeta2"),
     _one("eval-samples-over", f"{A}.evalSamples", 65, "evalSamples"),
     _one(
         "validation-equals-train",

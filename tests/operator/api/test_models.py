@@ -164,3 +164,5 @@ def test_the_parity_guards_limit_follows_the_dtype_and_steps_aside_for_top_p():
     assert RolloutSpec(dtype="bfloat16").logprob_mismatch_limit(1.0) == 0.1
     assert RolloutSpec(dtype="float32").logprob_mismatch_limit(0.9) is None
     assert RolloutSpec(max_logprob_mismatch=0.5).logprob_mismatch_limit(0.9) == 0.5
+    # a bfloat16 learner is held to bfloat16's bound, even against a float32 engine
+    assert RolloutSpec(dtype="float32").logprob_mismatch_limit(1.0, "bfloat16") == 0.1

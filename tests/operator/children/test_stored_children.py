@@ -89,21 +89,24 @@ def _pod_specs(children):
     yield "driver", children["Job"]["spec"]["template"]["spec"]
 
 
-def test_inputs_are_read_only_everywhere_and_checkpoints_writable(stored):
+def test_inputs_are_read_only_on_the_ray_pods_absent_from_the_driver(stored):
     _, children = stored
     for role, pod in _pod_specs(children):
         volumes = {v["name"]: v for v in pod["volumes"]}
         mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+        assert mounts["/etc/grpo"]["readOnly"] is True, role
+        if role == "driver":  # it submits and follows the trainer; it reads no input
+            assert not {"/model", "/data", "/checkpoints"} & set(mounts), mounts
+            assert not {"model", "data", "checkpoints"} & set(volumes), volumes
+            continue
         assert mounts["/model"]["readOnly"] is True, role
         assert mounts["/model"]["subPath"] == "Qwen2.5-1.5B-Instruct", role
         assert mounts["/data"]["readOnly"] is True, role
         assert volumes["model"]["persistentVolumeClaim"] == {"claimName": "models",
                                                              "readOnly": True}
-        assert mounts["/etc/grpo"]["readOnly"] is True, role
-        if role != "driver":
-            assert not mounts["/checkpoints"].get("readOnly"), role
-            assert volumes["dshm"]["emptyDir"] == {"medium": "Memory"}, role
-            assert mounts["/dev/shm"]["name"] == "dshm", role
+        assert not mounts["/checkpoints"].get("readOnly"), role
+        assert volumes["dshm"]["emptyDir"] == {"medium": "Memory"}, role
+        assert mounts["/dev/shm"]["name"] == "dshm", role
 
 
 def test_gpu_workers_land_on_the_gpu_pool_and_pods_are_hardened(stored):

@@ -116,7 +116,7 @@ def run_attempt(tiny_dirs, engines) -> Callable[..., Outcome]:
                                              lambda trainer, metrics: steps.append(metrics)]
             settings = TrainerConfig.from_algorithm(spec.algorithm,
                                                     spec.rollout.logprob_mismatch_limit(
-                                                        spec.algorithm.top_p))
+                                                        spec.algorithm.top_p, spec.learner.dtype))
             tokenizer = AutoTokenizer.from_pretrained(config.paths.model_dir)
             dataset = load_prompts(config.paths.train_file, tokenizer,
                                    spec.algorithm.max_prompt_tokens)
@@ -126,9 +126,7 @@ def run_attempt(tiny_dirs, engines) -> Callable[..., Outcome]:
                     config.paths.validation_file, tokenizer, spec.algorithm.max_prompt_tokens),
                     reward_fn)
             learners = LearnerGroup(
-                LearnerSettings(model_dir=config.paths.model_dir, algorithm=settings.algorithm,
-                                learning_rate=spec.algorithm.learning_rate, weight_decay=0.0,
-                                seed=spec.algorithm.seed),
+                LearnerSettings.from_spec(spec, config.paths.model_dir, settings.algorithm),
                 (Slot(1, 0.5),), None)
             try:
                 if learner_env:

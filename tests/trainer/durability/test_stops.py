@@ -63,7 +63,7 @@ def test_a_token_budget_stops_the_run_with_a_checkpoint(run_attempt, tmp_path):
     refused = run_attempt(tmp_path / "uid-p", maxSteps=5, spec_patch={
         "budget": {"maxGeneratedTokens": limit}})
     assert refused.code == ExitCode.BUDGET_EXHAUSTED and refused.steps == []
-    assert "remaining 5 steps" in refused.last.terminal.message
+    assert "rest of the plan (5 step(s) x 256 tokens = 1280)" in refused.last.terminal.message
 
 
 def test_a_dataset_changed_during_the_run_fails_it(run_attempt, tiny_dirs, tmp_path):

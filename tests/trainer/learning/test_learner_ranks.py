@@ -9,28 +9,11 @@ import pytest
 import torch
 
 from grpo_trainer.algorithm_settings import AlgorithmSettings
-from grpo_trainer.batch import build_batch
 from grpo_trainer.learner.update import UpdatePlan
-from grpo_trainer.rollout.engine import SamplingSettings
 
-SAMPLING = SamplingSettings(group_size=4, max_tokens=12)
+from .conftest import generated_batch, max_diff
+
 SETTINGS = AlgorithmSettings(kl_coef=0.01)
-
-
-def _batch(engines, prompts, scores=None):
-    groups = engines.generate(prompts, [7 + 4 * i for i in range(len(prompts))], SAMPLING)
-    n = sum(len(g) for g in groups)
-    scores = scores or [float(i % 3) for i in range(n)]  # graded, varies within each group
-    return build_batch(prompts, groups, scores, pad_id=0, normalize_by_std=True)
-
-
-@pytest.fixture
-def batch(engines, prompts):
-    return _batch(engines, prompts)  # 8 prompts x 4 = 32 sequences
-
-
-def _max_diff(a: dict, b: dict) -> float:
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
 def test_two_gloo_ranks_match_one_rank(make_learners, batch):
@@ -44,9 +27,9 @@ def test_two_gloo_ranks_match_one_rank(make_learners, batch):
     rank0, rank1 = two.states()
 
     assert m1["optimizer_steps"] == m2["optimizer_steps"] == 2
-    assert _max_diff(rank0, rank1) == 0.0  # replicas stay identical
-    assert _max_diff(after_one, rank0) < 1e-5
-    assert _max_diff(after_one, initial) > 1e-4  # and something was learnt
+    assert max_diff(rank0, rank1) == 0.0  # replicas stay identical
+    assert max_diff(after_one, rank0) < 1e-5
+    assert max_diff(after_one, initial) > 1e-4  # and something was learnt
     for key in ("loss", "pg_loss", "kl", "grad_norm", "entropy"):
         assert m1[key] == pytest.approx(m2[key], rel=1e-4, abs=1e-6), key
 
@@ -62,7 +45,7 @@ def test_every_parameter_changes_with_nonzero_advantages(make_learners, batch):
 
 
 def test_nothing_changes_with_equal_rewards_no_kl_no_weight_decay(make_learners, engines, prompts):
-    batch = _batch(engines, prompts, scores=[0.5] * 32)
+    batch = generated_batch(engines, prompts, scores=[0.5] * 32)
     assert torch.count_nonzero(batch["advantages"]) == 0
     learners = make_learners(1, AlgorithmSettings(kl_coef=0.0), weight_decay=0.0)
     before = learners.states()[0]
@@ -109,7 +92,7 @@ def test_a_single_step_update_takes_the_old_policy_from_its_own_forward(tiny_dir
 
     with_pass, m_pass = update(precomputed_old=True)
     without, m_without = update(precomputed_old=False)
-    assert _max_diff(with_pass, without) < 1e-6
+    assert max_diff(with_pass, without) < 1e-6
     for key in ("loss", "pg_loss", "grad_norm", "logprob_mismatch", "max_abs_log_ratio"):
         assert m_pass[key] == pytest.approx(m_without[key], rel=1e-5, abs=1e-7), key
     assert m_without["logprob_mismatch"] > 0  # measured against the engine's logprobs

@@ -21,6 +21,7 @@ from torch import Tensor
 from grpo_operator.api.checkpoint_layout import MODEL_SUBDIR
 from grpo_trainer.algorithm_settings import AlgorithmSettings
 from grpo_trainer.learner.forward import batched_logprobs
+from grpo_trainer.learner.model import COMPUTE_DTYPES, load_model
 from grpo_trainer.learner.parallel import DataParallel
 from grpo_trainer.learner.update import UpdatePlan, update_policy
 from grpo_trainer.rendezvous import join_store, serve_store
@@ -46,10 +47,22 @@ class LearnerSettings:
     model_dir: str
     algorithm: AlgorithmSettings
     learning_rate: float
-    weight_decay: float
     seed: int
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
     use_gpu: bool = False
-    dtype: str = "float32"  # the policy's parameter dtype (master weights)
+    compute_dtype: str = "float32"  # bfloat16: mixed precision over float32 master weights
+    gradient_checkpointing: bool = False
+
+    @classmethod
+    def from_spec(cls, spec, model_dir: str, algorithm: AlgorithmSettings,
+                  use_gpu: bool = False) -> LearnerSettings:
+        """From a contract ``GRPORunSpec`` (``algorithm``: its settings, already built)."""
+        a = spec.algorithm
+        return cls(model_dir=model_dir, algorithm=algorithm, learning_rate=a.learning_rate,
+                   seed=a.seed, weight_decay=a.weight_decay, betas=(a.adam_beta1, a.adam_beta2),
+                   use_gpu=use_gpu, compute_dtype=spec.learner.dtype.value,
+                   gradient_checkpointing=spec.learner.gradient_checkpointing)
 
 
 def cpu_threads_per_rank(world_size: int) -> int:
@@ -86,26 +99,16 @@ class LearnerRank:
             torch.set_num_threads(cpu_threads_per_rank(self.world_size))
         torch.manual_seed(self.settings.seed)
         self.device = torch.device("cuda" if self.settings.use_gpu else "cpu")
-        self.dp = DataParallel(self.settings.use_gpu)
-        self.model = self.dp.wrap(self._load_model(trainable=True))
-        self.reference = (
-            self._load_model(trainable=False) if self.settings.algorithm.kl_coef > 0 else None
-        )
+        s = self.settings
+        self.dp = DataParallel(s.use_gpu, COMPUTE_DTYPES[s.compute_dtype])
+        self.model = self.dp.wrap(load_model(s.model_dir, self.device, trainable=True,
+                                             gradient_checkpointing=s.gradient_checkpointing))
+        self.reference = (self.dp.wrap(load_model(s.model_dir, self.device, trainable=False))
+                          if s.algorithm.kl_coef > 0 else None)
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
-            lr=self.settings.learning_rate,
-            weight_decay=self.settings.weight_decay,
+            lr=s.learning_rate, betas=s.betas, weight_decay=s.weight_decay,
         )
-
-    def _load_model(self, trainable: bool) -> torch.nn.Module:
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(
-            self.settings.model_dir, dtype=getattr(torch, self.settings.dtype)
-        ).to(self.device)
-        model.train(trainable)
-        model.requires_grad_(trainable)
-        return model
 
     def _on_device(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         return {k: v.to(self.device) for k, v in batch.items()}

@@ -6,6 +6,12 @@
 - GPU (``nccl``, written but NOT run on this machine — no GPU here): FSDP2 ``fully_shard`` on
   each decoder layer and on the root. FSDP averages gradients over ranks, so the loss is scaled
   by the world size to turn that average back into the sum (verl's ``dp_size`` factor).
+
+Mixed precision (``compute_dtype`` bfloat16) keeps float32 master weights, gradients and
+optimizer state and computes in bfloat16: FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16,
+reduce_dtype=fp32)`` on sharded GPU ranks (verl's actor default), ``torch.autocast`` around the
+forward everywhere else (one GPU, CPUs). The reference model is wrapped the same way: sharded
+like the policy on GPUs, never a full copy per GPU.
 """
 
 from __future__ import annotations
@@ -14,12 +20,15 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from grpo_trainer.learner.model import autocast_forward
+
 
 class DataParallel:
     """The data-parallel strategy of one learner rank (after ``init_process_group``)."""
 
-    def __init__(self, use_gpu: bool) -> None:
+    def __init__(self, use_gpu: bool, compute_dtype: torch.dtype = torch.float32) -> None:
         self.use_gpu = use_gpu
+        self.compute_dtype = compute_dtype
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
         self.rank = dist.get_rank() if dist.is_initialized() else 0
 
@@ -29,14 +38,21 @@ class DataParallel:
         return float(self.world_size) if self.use_gpu else 1.0
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Shard the model with FSDP2 on GPUs; the CPU path keeps the replica as is."""
+        """Shard the model with FSDP2 on GPUs (the CPU path keeps the replica as is) and set
+        its compute dtype (see the module docstring)."""
+        mixed = self.compute_dtype != torch.float32
         if not self.use_gpu or self.world_size == 1:
+            if mixed:
+                autocast_forward(model, "cuda" if self.use_gpu else "cpu", self.compute_dtype)
             return model
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        policy = MixedPrecisionPolicy(param_dtype=self.compute_dtype,
+                                      reduce_dtype=torch.float32) if mixed else None
+        options = {"mp_policy": policy} if policy else {}
         for layer in model.model.layers:
-            fully_shard(layer)
-        fully_shard(model)
+            fully_shard(layer, **options)
+        fully_shard(model, **options)
         return model
 
     def all_reduce_sum(self, tensor: Tensor) -> Tensor:
