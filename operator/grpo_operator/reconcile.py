@@ -23,6 +23,7 @@ from typing import Any
 
 from grpo_operator.acceptance import Confinement, Refusal, accept
 from grpo_operator.api.constants import ANNOTATION_RETRY, ConditionType, Outcome, Phase, Reason
+from grpo_operator.api.contract import UNVERSIONED, operator_refuses, peek_version
 from grpo_operator.api.exit_codes import ExitCode, classify_exit
 from grpo_operator.api.ray_job import driver_termination_grace_s
 from grpo_operator.api.report import (
@@ -194,13 +195,20 @@ def _refuse(d: Decision, o: Observed, refusal: Refusal) -> None:
 
 
 def read_report(o: Observed, status: GRPORunStatus) -> tuple[Report | None, Event | None]:
-    """The newest acceptable report of the current attempt, or why the stored one is not."""
+    """The newest acceptable report of the current attempt, or why the stored one is not (an
+    IncompatibleTrainer Event: the run cannot go on with this image)."""
     if not o.report_data:
         return None, None
     if not signature_valid(o.report_key, o.report_data, o.report_signature):
         return None, _rejected("unsigned report ignored" if not o.report_signature else
                                "report with a bad signature ignored (not written by this "
                                "run's driver)")
+    try:
+        refusal = operator_refuses(peek_version(o.report_data))
+    except ValueError as e:
+        return None, _rejected(f"invalid report ignored: {e}")
+    if refusal is not None:
+        return None, Event("Warning", str(Reason.INCOMPATIBLE_TRAINER), refusal)
     try:
         report = parse_report(o.report_data)
     except ReportError as e:
@@ -230,6 +238,7 @@ def _mirror(d: Decision, o: Observed, report: Report) -> None:
     for name in type(report.ledger).model_fields:
         setattr(s.ledger, name, getattr(report.ledger, name))
     s.ledger.last_report_time = report.time
+    s.trainer_contract_version = report.contract_version or str(UNVERSIONED)
     s.recovery.resumed_from_step = report.recovery.resumed_from_step
     s.recovery.last_checkpoint = report.recovery.last_checkpoint
     s.recovery.rollout = report.recovery.rollout
@@ -241,7 +250,14 @@ def _mirror(d: Decision, o: Observed, report: Report) -> None:
 
 
 def _read_and_mirror(d: Decision, o: Observed) -> Report | None:
+    """The current report, mirrored; an image the operator cannot work with ends the run
+    (callers return once the phase is terminal)."""
     report, problem = read_report(o, d.status)
+    if problem is not None and problem.reason == Reason.INCOMPATIBLE_TRAINER:
+        d.events.append(problem)
+        d.delete_jobs.append(d.status.children.driver_job)
+        _end(d, o, Outcome.FAILED, problem.reason, problem.message, None)
+        return None
     if problem is not None:
         d.events.append(problem)
     if report is not None:
@@ -400,6 +416,8 @@ def _stop(d: Decision, o: Observed) -> None:
     s = d.status
     stopping = s.stopping
     report = _read_and_mirror(d, o)
+    if s.phase.is_terminal:
+        return
     settled = report is not None and report.state in (TrainerState.SUSPENDED,
                                                        TrainerState.FINISHED)
     driver_there = o.driver_job is not None or bool(o.driver_pods)
@@ -664,6 +682,8 @@ def _decide(o: Observed) -> Decision:
         d.events.append(Event("Warning", "ChildMissing",
                               "the report ConfigMap was deleted: making it again"))
     report = _read_and_mirror(d, o)
+    if s.phase.is_terminal:
+        return d
     if _cluster_lost(o, s, health):
         d.delete_jobs.append(s.children.driver_job)
         if o.ray_cluster is not None:

@@ -9,6 +9,7 @@ import pytest
 
 from grpo_operator.acceptance import Confinement
 from grpo_operator.api.constants import TrainerActivity
+from grpo_operator.api.contract import CONTRACT_VERSION
 from grpo_operator.api.report import (
     MAX_REPORT_BYTES,
     MAX_SEQUENCE_STEP,
@@ -83,7 +84,8 @@ def running_status() -> GRPORunStatus:
 
 def report(sequence: int, state=TrainerState.RUNNING, attempt: int = 1, steps: int = 1,
            terminal: TrainerTerminal | None = None) -> str:
-    return Report(schema_version=1, attempt=attempt, sequence=sequence, time=NOW, state=state,
+    return Report(schema_version=1, contract_version=str(CONTRACT_VERSION), attempt=attempt,
+                  sequence=sequence, time=NOW, state=state,
                   ledger=TrainerLedger(planned_steps=3, completed_steps=steps,
                                        generated_tokens=40 * steps,
                                        eval_generated_tokens=5 * steps),
@@ -131,6 +133,35 @@ def test_reports_are_mirrored_in_order():
     assert d.status.ledger.budget_remaining.generated_tokens == 1000 - 40 - 5
     assert d.status.accepted_report == ReportCursor(attempt=1, sequence=0)
     assert not [e for e in d.events if e.type == "Warning"]
+
+
+def test_an_image_newer_than_the_operator_fails_the_run_without_a_restart():
+    status = running_status()
+    newer = f"{CONTRACT_VERSION.major}.{CONTRACT_VERSION.minor + 1}"
+    # Read before the rest: a newer image's report may not even parse here.
+    data = json.dumps(json.loads(report(0)) | {"contractVersion": newer, "newField": 1})
+    d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                       report_data=data))
+    assert d.status.phase == "Failed" and d.status.recovery.restarts == 0
+    assert d.status.terminal.reason == "IncompatibleTrainer"
+    assert f"speaks contract {newer}" in d.status.condition("Failed").message
+    assert d.delete_jobs == [status.children.driver_job]
+    assert Action.DELETE_RAY_CLUSTER in d.actions
+    assert [e.reason for e in d.events if e.type == "Warning"][:1] == ["IncompatibleTrainer"]
+    assert d.status.ledger.completed_steps == 0  # nothing of that report was taken
+
+
+def test_the_reporting_images_contract_version_is_recorded():
+    status = running_status()
+    versioned = report(0)
+    d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                       report_data=versioned))
+    assert d.status.trainer_contract_version == json.loads(versioned)["contractVersion"]
+    unversioned = json.dumps({k: v for k, v in json.loads(report(1)).items()
+                              if k != "contractVersion"})  # an image from before versions
+    d = decide(observe(d.status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                       report_data=unversioned))
+    assert d.status.phase == "Running" and d.status.trainer_contract_version == "1.0"
 
 
 def test_the_first_input_digests_reported_are_kept():

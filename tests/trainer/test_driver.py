@@ -21,6 +21,7 @@ import pytest
 from kubernetes import client
 from ray.job_submission import JobStatus
 
+from grpo_operator.api.contract import CONTRACT_VERSION
 from grpo_operator.api.exit_codes import ExitCode
 from grpo_operator.api.report import (
     REPORT_KEY,
@@ -245,6 +246,21 @@ def test_an_invalid_run_config_is_invalid_input(ray_head, tmp_path):
 
     assert result.returncode == ExitCode.INVALID_INPUT
     assert "invalid run config" in result.stderr and "attempt" in result.stderr
+    assert run.jobs() == []
+
+
+def test_a_run_config_this_image_cannot_run_is_refused_before_submitting(ray_head, tmp_path):
+    run = Run(ray_head, tmp_path)
+    newer = tmp_path / "newer.json"
+    doc = json.loads(run.config.read_text())
+    doc["contractVersion"] = f"{CONTRACT_VERSION.major}.{CONTRACT_VERSION.minor + 1}"
+    doc["spec"]["learner"] = {"fp8": True}  # what a newer operator might write
+    newer.write_text(json.dumps(doc))
+
+    result = run.submit("true", config=newer)
+
+    assert result.returncode == ExitCode.INCOMPATIBLE_CONTRACT
+    assert "incompatible run config" in result.stderr and "spec.learner.fp8" in result.stderr
     assert run.jobs() == []
 
 

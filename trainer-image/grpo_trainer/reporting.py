@@ -15,10 +15,12 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import sys
 import threading
 from typing import NamedTuple, TextIO
 
+from grpo_operator.api.contract import CONTRACT_VERSION
 from grpo_operator.api.report import Report, StepFigures, TrainerState
 from grpo_operator.api.status import (
     AttemptFailure,
@@ -30,6 +32,9 @@ from grpo_operator.api.status import (
 )
 
 REPORT_MARKER = "GRPO_REPORT "
+TEST_CONTRACT_VERSION_ENV = "GRPO_TEST_CONTRACT_VERSION"
+"""Test hook, for the operator's refusal only (nothing else reads it): the contract version
+the reports announce instead of the image's own, as an image of another version would."""
 
 
 def report_line(report: Report) -> str:
@@ -85,6 +90,7 @@ class Reporter:
     def __init__(self, attempt: int, stream: TextIO | None = None):
         self.attempt = attempt
         self.stream = stream or sys.stdout
+        self.contract_version = os.environ.get(TEST_CONTRACT_VERSION_ENV) or str(CONTRACT_VERSION)
         self._sequence = 0
         self._lock = threading.Lock()
 
@@ -102,6 +108,7 @@ class Reporter:
         with self._lock:
             report = Report(
                 schema_version=1,
+                contract_version=self.contract_version,
                 attempt=self.attempt,
                 sequence=self._sequence,
                 time=datetime.datetime.now(datetime.UTC).replace(microsecond=0),

@@ -150,7 +150,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> ExitCode:
-    from grpo_operator.api.run_config import RunConfig, RunConfigError
+    from grpo_operator.api.run_config import (
+        IncompatibleContractError,
+        RunConfig,
+        RunConfigError,
+    )
     from grpo_trainer.attempt import run_attempt
     from grpo_trainer.reporting import Reporter
     from grpo_trainer.signals import StopRequest
@@ -158,6 +162,9 @@ def _train(args: argparse.Namespace) -> ExitCode:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     try:
         config = RunConfig.load(args.config)
+    except IncompatibleContractError as err:
+        log.error("incompatible run config: %s", err)
+        return ExitCode.INCOMPATIBLE_CONTRACT
     except RunConfigError as err:
         log.error("invalid run config: %s", err)
         return ExitCode.INVALID_INPUT

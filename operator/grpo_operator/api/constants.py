@@ -216,3 +216,4 @@ class Reason(StrEnum):
     REPORT_NOT_WRITTEN = "ReportNotWritten"
     DISRUPTED = "Disrupted"
     POD_NOT_STARTING = "PodNotStarting"
+    INCOMPATIBLE_TRAINER = "IncompatibleTrainer"

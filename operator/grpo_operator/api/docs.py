@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from grpo_operator.api import checkpoint_layout, confinement, digest
+from grpo_operator.api import checkpoint_layout, confinement, contract, digest
 from grpo_operator.api import constants as c
+from grpo_operator.api.contract import CONTRACT_VERSION, HISTORY
 from grpo_operator.api.crd import PRINTER_COLUMNS, root_schema, to_structural
 from grpo_operator.api.exit_codes import NON_RETRYABLE_EXIT_CODES, ExitCode, classify_exit
 from grpo_operator.api.report import MAX_REPORT_BYTES, REPORT_KEY, Report
@@ -228,6 +229,18 @@ def _exit_code_section() -> list[str]:
 
 def _contract_sections() -> list[str]:
     lines = [
+        "## Contract version",
+        "",
+        f"This tree's contract version is **{CONTRACT_VERSION}**.",
+        "",
+        "```text",
+        contract.__doc__.strip(),
+        "```",
+        "",
+        "| version | what it added |",
+        "|---|---|",
+        *(f"| {version} | {added} |" for version, added in HISTORY.items()),
+        "",
         "## Run config",
         "",
         f"The operator writes the run config as JSON under key `{RUN_CONFIG_KEY}` of the run's "

@@ -45,6 +45,9 @@ class ExitCode(IntEnum):
     report would have). Retryable: the next attempt resumes from the final checkpoint and
     reports the end again (a finished run's final checkpoint is kept and its artifact sealed
     again)."""
+    INCOMPATIBLE_CONTRACT = 18
+    """The trainer image cannot run this run config: another contract major version, or a
+    field newer than the image (``api.contract``); the driver log names it."""
 
     @property
     def retryable(self) -> bool:
@@ -66,6 +69,8 @@ _MEANINGS = {
     ExitCode.WEIGHT_SYNC_INCOMPLETE: "the weight sync left engine parameters without a value",
     ExitCode.WEIGHT_SYNC_MISMATCH: "the engines' logprobs disagree with the learners'",
     ExitCode.REPORT_NOT_WRITTEN: "the trainer's terminal report could not be written",
+    ExitCode.INCOMPATIBLE_CONTRACT: "the trainer image cannot run this operator's run config "
+    "(the driver log says which field or version)",
 }
 
 # For the driver Job's podFailurePolicy (rule action FailJob, operator In): the codes that end
@@ -75,6 +80,7 @@ NON_RETRYABLE_EXIT_CODES: tuple[int, ...] = (
     int(ExitCode.FROZEN_INPUT_CHANGED),
     int(ExitCode.BUDGET_EXHAUSTED),
     int(ExitCode.WEIGHT_SYNC_INCOMPLETE),
+    int(ExitCode.INCOMPATIBLE_CONTRACT),
 )
 
 SIGNAL_EXIT_BASE = 128
@@ -130,4 +136,5 @@ _KNOWN: dict[ExitCode, tuple[Outcome | None, Reason]] = {
     ExitCode.WEIGHT_SYNC_INCOMPLETE: (Outcome.FAILED, Reason.WEIGHT_SYNC_INCOMPLETE),
     ExitCode.WEIGHT_SYNC_MISMATCH: (None, Reason.WEIGHT_SYNC_MISMATCH),
     ExitCode.REPORT_NOT_WRITTEN: (None, Reason.REPORT_NOT_WRITTEN),
+    ExitCode.INCOMPATIBLE_CONTRACT: (Outcome.FAILED, Reason.INCOMPATIBLE_TRAINER),
 }

@@ -27,6 +27,7 @@ from enum import StrEnum
 from pydantic import Field, ValidationError
 
 from grpo_operator.api.base import ApiModel, Rule, Timestamp, schema_version_type
+from grpo_operator.api.contract import ContractVersionText
 from grpo_operator.api.status import (
     Attempt,
     AttemptFailure,
@@ -150,6 +151,9 @@ class Report(ApiModel):
 
     schema_version: ReportSchemaVersion
     """Always 1 in this version."""
+    contract_version: ContractVersionText | None = None
+    """The contract version the trainer image speaks (``api.contract``); absent: 1.0. The
+    operator reads it before the rest, and refuses an image it cannot work with."""
     attempt: Attempt
     """The attempt that wrote it (the run config's attempt)."""
     sequence: Count

@@ -20,10 +20,17 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_serializer
 
 from grpo_operator.api.base import ApiModel, StrictStr, schema_version_type
 from grpo_operator.api.checkpoint_layout import CHECKPOINT_MOUNT, CheckpointLayout
+from grpo_operator.api.contract import (
+    CONTRACT_VERSION,
+    VERSION_KEY,
+    ContractVersionText,
+    image_refuses,
+    peek_version,
+)
 from grpo_operator.api.report import REPORT_KEY, describe_validation_error
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.api.status import Attempt, InPodPath, InputDigests
@@ -42,6 +49,11 @@ Name = Annotated[StrictStr, Field(min_length=1, max_length=253)]
 
 class RunConfigError(ValueError):
     """An unreadable or invalid run config (the trainer exits with INVALID_INPUT)."""
+
+
+class IncompatibleContractError(RunConfigError):
+    """A run config this image cannot run (``api.contract``; the trainer exits with
+    INCOMPATIBLE_CONTRACT)."""
 
 
 class ResumeMode(StrEnum):
@@ -82,6 +94,8 @@ class RunConfig(ApiModel):
 
     schema_version: RunConfigSchemaVersion = RUN_CONFIG_SCHEMA_VERSION
     """Always 1 in this version."""
+    contract_version: ContractVersionText = str(CONTRACT_VERSION)
+    """The contract version of the operator that wrote it (``api.contract``); absent: 1.0."""
     run: RunIdentity
     """Name, namespace and UID of the GRPORun."""
     attempt: Attempt
@@ -95,7 +109,8 @@ class RunConfig(ApiModel):
     report_key: Literal["report.json"] = REPORT_KEY
     """The key holding the report."""
     spec: GRPORunSpec
-    """The GRPORun's spec as of this attempt."""
+    """The GRPORun's spec as of this attempt, without the fields left at their defaults (an
+    older image parses it as long as the run uses nothing newer than the image)."""
     inputs: InputDigests | None = None
     """The frozen inputs' digests an earlier attempt found (status.recovery.inputs): this
     attempt must find the same. Unset until an attempt has reported them."""
@@ -124,16 +139,34 @@ class RunConfig(ApiModel):
             inputs=inputs,
         )
 
+    @field_serializer("spec")
+    def _spec_without_defaults(self, spec: GRPORunSpec):
+        return spec.model_dump(mode="json", by_alias=True, exclude_none=True,
+                               exclude_defaults=True)
+
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True)
 
     @classmethod
     def from_json(cls, data: str | bytes) -> RunConfig:
-        """Parse strictly; RunConfigError names the offending fields."""
+        """Parse strictly; RunConfigError names the offending fields, IncompatibleContractError
+        says when the config is of a contract this image cannot run."""
         try:
-            return cls.model_validate_json(data)
+            version = peek_version(data)
+        except ValueError as err:
+            raise RunConfigError(f"{VERSION_KEY}: {err}") from None
+        problem = None
+        try:
+            config = cls.model_validate_json(data)
         except ValidationError as exc:
-            raise RunConfigError(describe_validation_error(exc)) from None
+            problem = describe_validation_error(exc)
+        refusal = image_refuses(version, problem=problem)
+        if refusal is not None:
+            raise IncompatibleContractError(refusal)
+        if problem is not None:
+            raise RunConfigError(problem)
+        return config
+
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None = None) -> RunConfig:

@@ -409,6 +409,9 @@ class GRPORunStatus(ApiModel):
     """How the run ended."""
     accepted_report: ReportCursor | None = None
     """The last trainer report mirrored into status."""
+    trainer_contract_version: Annotated[Str, Field(max_length=9)] | None = None
+    """The contract version the trainer image of that report speaks (1.0: it announced none;
+    see the compatibility rule in docs/api.md)."""
     seen_retry_ids: list[Annotated[Str, Field(max_length=MAX_RETRY_ID_LENGTH)]] = Field(
         default_factory=list, max_length=MAX_SEEN_RETRY_IDS
     )

@@ -90,7 +90,11 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         log.error("bad stop timeout in the environment: %s", exc)
         return int(ExitCode.INVALID_INPUT)
-    from grpo_operator.api.run_config import RunConfig, RunConfigError
+    from grpo_operator.api.run_config import (
+        IncompatibleContractError,
+        RunConfig,
+        RunConfigError,
+    )
 
     config_path = Path(args.config or os.environ.get(RUN_CONFIG_ENV) or RUN_CONFIG_PATH)
     try:
@@ -99,6 +103,9 @@ def main(args: argparse.Namespace) -> int:
     except OSError as exc:
         log.error("cannot read the run config %s: %s", config_path, exc.strerror)
         return int(ExitCode.INVALID_INPUT)
+    except IncompatibleContractError as exc:  # before anything is submitted
+        log.error("incompatible run config %s: %s", config_path, exc)
+        return int(ExitCode.INCOMPATIBLE_CONTRACT)
     except RunConfigError as exc:
         log.error("invalid run config %s: %s", config_path, exc)
         return int(ExitCode.INVALID_INPUT)
