@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from grpo_trainer.board import TrainingBoard, scalars
+from tests.trainer.step_records import STEP, evaluation
 from tests.trainer.tensorboard_events import scalars as read_scalars
-from tests.trainer.test_progress import STEP, evaluation
 
 
 def test_every_figure_of_a_step_is_one_record_at_that_step(tmp_path):

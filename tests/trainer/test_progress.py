@@ -11,20 +11,11 @@ from pathlib import Path
 
 from grpo_operator.api.constants import TrainerActivity
 from grpo_operator.api.report import TrainerState, parse_report
-from grpo_operator.api.status import MAX_EVALS, EvalFigures
-from grpo_trainer.evaluation import Evaluation
+from grpo_operator.api.status import MAX_EVALS
 from grpo_trainer.progress import PACE_STEPS, RunProgress
 from grpo_trainer.reporting import REPORT_MARKER, Reporter, parse_report_line
-from grpo_trainer.step_metrics import StepMetrics
+from tests.trainer.step_records import STEP, evaluation
 
-STEP = StepMetrics(
-    step=0, reward_mean=0.5, reward_std=0.1, kl=None, clip_frac_high=0.0, clip_frac_low=0.0,
-    dual_clip_frac=0.0, pg_loss=0.0, loss=0.0, entropy=1.0, approx_kl=0.0,
-    max_abs_log_ratio=0.0, logprob_mismatch=0.0, grad_norm=1.0, learning_rate=1e-5,
-    optimizer_steps=1, skipped_steps=0, response_length_mean=4.0, response_length_max=6,
-    truncated_fraction=0.0, prompt_tokens=8, generated_tokens=8, tokens_per_second=8.0,
-    time_generate_s=0.0, time_reward_s=0.0, time_learn_s=0.0, time_old_logprobs_s=None,
-    time_ref_logprobs_s=None, time_update_s=0.0, time_sync_s=0.0, time_step_s=0.0)
 NOW = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
 
 
@@ -94,12 +85,6 @@ def test_a_step_whose_figures_do_not_fit_the_report_costs_the_figures_not_the_st
     progress.running()
     (report,) = [r for r in _reports(out) if r.state == TrainerState.RUNNING]
     assert report.last_step is None and report.ledger.completed_steps == 1
-
-
-def evaluation(step: int, pass_at_1: float = 0.5) -> Evaluation:
-    return Evaluation(EvalFigures(step=step, prompts=4, samples=2, reward_mean=pass_at_1,
-                                  pass_at_1=pass_at_1, pass_at_k=0.75, response_length_mean=3.0,
-                                  seconds=0.25), prompt_tokens=40, generated_tokens=24)
 
 
 def test_evaluations_are_kept_newest_first_and_their_tokens_apart():
