@@ -13,6 +13,9 @@ def test_from_algorithm_maps_every_crd_key():
         "lossAggregation": "seq-mean-token-sum-norm",
         "normalizeAdvantageByStd": False,
         "temperature": 0.7,
+        "advantageEstimator": "rloo",
+        "advantageStdScope": "batch",
+        "policyLoss": "cispo",
         "groupSize": 8,  # owned elsewhere: ignored
         "learningRate": None,
     }
@@ -27,6 +30,9 @@ def test_from_algorithm_maps_every_crd_key():
         loss_aggregation="seq-mean-token-sum-norm",
         normalize_advantage_by_std=False,
         temperature=0.7,
+        advantage_estimator="rloo",
+        advantage_std_scope="batch",
+        policy_loss="cispo",
     )
 
 

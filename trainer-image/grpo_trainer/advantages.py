@@ -1,15 +1,24 @@
-"""Group-relative advantages (GRPO's outcome-reward estimator).
+"""Group-relative advantages: a baseline from the other completions of the same prompt, then
+an optional scaling.
 
-Each completion's scalar score is compared with the other completions of the same prompt:
+Baseline (``estimator``), for a group g of n completions with mean ``mean_g``:
 
-    A_i = (s_i - mean_g) / (std_g + epsilon)     normalize_by_std=True  (GRPO)
-    A_i =  s_i - mean_g                           normalize_by_std=False (Dr.GRPO)
+    grpo:  c_i = s_i - mean_g                       verl's compute_grpo_outcome_advantage
+    rloo:  c_i = s_i - mean(s_j, j != i)            verl's compute_rloo_outcome_advantage
+              = n / (n - 1) * (s_i - mean_g)
 
-with ``std_g`` the unbiased (n - 1) standard deviation of the group, as in verl's
-``compute_grpo_outcome_advantage``. A group whose scores are all equal (including a group of one
-completion) carries no relative signal and gets exactly 0, never NaN and never float residue of
-``s - mean``. verl instead gives a group of one ``s / (1 + epsilon)``; with GRPO's baseline
-being the group itself, 0 is the consistent value.
+Scaling (``normalize_by_std``, over ``std_scope``):
+
+    A_i = c_i / (std + epsilon)     normalize_by_std=True, std the unbiased (n - 1) standard
+                                    deviation of the group's scores (std_scope "group", GRPO)
+                                    or of all the step's scores ("batch", TRL's
+                                    scale_rewards="batch")
+    A_i = c_i                       normalize_by_std=False (Dr.GRPO)
+
+A group whose scores are all equal (including a group of one completion) carries no relative
+signal and gets exactly 0, never NaN and never float residue of ``s - mean``. verl instead gives
+a group of one ``s / (1 + epsilon)`` (grpo) or ``s`` (rloo); with the group as the only
+baseline, 0 is the consistent value (verl's vectorized RLOO gives 0 too).
 
 The advantage is then broadcast over the completion's response tokens and masked.
 """
@@ -30,11 +39,17 @@ def _group_index(group_ids: Tensor | Sequence[Hashable]) -> Tensor:
     return torch.tensor([dense.setdefault(g, len(dense)) for g in group_ids], dtype=torch.long)
 
 
+ESTIMATORS = ("grpo", "rloo")
+STD_SCOPES = ("group", "batch")
+
+
 def group_advantages(
     scores: Tensor,
     group_ids: Tensor | Sequence[Hashable],
     normalize_by_std: bool = True,
     epsilon: float = 1e-6,
+    estimator: str = "grpo",
+    std_scope: str = "group",
 ) -> Tensor:
     """One advantage per completion.
 
@@ -42,12 +57,16 @@ def group_advantages(
         scores: (N,) finite scalar score of each completion.
         group_ids: (N,) prompt-group id of each completion: a tensor of ints or a sequence of
             hashables (e.g. prompt UUIDs). Groups may differ in size.
-        normalize_by_std: divide by the group's unbiased std + epsilon.
+        normalize_by_std: divide by the unbiased std + epsilon.
         epsilon: added to the std.
+        estimator: the baseline, one of ``ESTIMATORS`` (see the module docstring).
+        std_scope: whose std scales, one of ``STD_SCOPES``.
 
     Returns:
         (N,) advantages, in ``scores``' dtype (float32 if ``scores`` is not floating).
     """
+    if estimator not in ESTIMATORS or std_scope not in STD_SCOPES:
+        raise ValueError(f"unknown estimator {estimator!r} or std scope {std_scope!r}")
     if scores.dim() != 1:
         raise ValueError(f"scores must be 1-D (N,), got shape {tuple(scores.shape)}")
     out_dtype = scores.dtype if scores.is_floating_point() else torch.float32
@@ -65,12 +84,16 @@ def group_advantages(
     counts = zeros.index_add(0, index, torch.ones_like(s))  # (G,)
     mean = zeros.index_add(0, index, s) / counts  # (G,)
     centered = s - mean[index]  # (N,)
-    if normalize_by_std:
+    advantages = centered
+    if estimator == "rloo":  # n/(n-1) (s - mean): the mean of the others as the baseline
+        n = counts[index]  # (N,)
+        advantages = centered * n / (n - 1).clamp(min=1)
+    if normalize_by_std and std_scope == "group":
         # Two-pass unbiased variance: accurate for scores of any offset.
         var = zeros.index_add(0, index, centered.square()) / (counts - 1).clamp(min=1)  # (G,)
-        advantages = centered / (var.sqrt()[index] + epsilon)  # (N,)
-    else:
-        advantages = centered
+        advantages = advantages / (var.sqrt()[index] + epsilon)  # (N,)
+    elif normalize_by_std:
+        advantages = advantages / (s.std(correction=1 if s.numel() > 1 else 0) + epsilon)
 
     # All-equal groups (a group of one included) give exactly 0.
     group_max = zeros.scatter_reduce(0, index, s, "amax", include_self=False)  # (G,)
@@ -86,6 +109,8 @@ def compute_advantages(
     response_mask: Tensor,
     normalize_by_std: bool = True,
     epsilon: float = 1e-6,
+    estimator: str = "grpo",
+    std_scope: str = "group",
 ) -> Tensor:
     """Token-level advantages: ``group_advantages`` broadcast over each response and masked.
 
@@ -93,8 +118,7 @@ def compute_advantages(
         scores: (N,) scalar score per completion.
         group_ids: (N,) prompt-group id per completion.
         response_mask: (N, T) 1 on response tokens that count, 0 on padding.
-        normalize_by_std: see ``group_advantages``.
-        epsilon: see ``group_advantages``.
+        normalize_by_std, epsilon, estimator, std_scope: see ``group_advantages``.
 
     Returns:
         (N, T) advantages; exactly 0 where ``response_mask`` is 0.
@@ -104,7 +128,8 @@ def compute_advantages(
             f"response_mask must be (N, T) with N={scores.shape[0]}, "
             f"got {tuple(response_mask.shape)}"
         )
-    per_sequence = group_advantages(scores, group_ids, normalize_by_std, epsilon)  # (N,)
+    per_sequence = group_advantages(scores, group_ids, normalize_by_std, epsilon, estimator,
+                                    std_scope)  # (N,)
     per_sequence = per_sequence.to(response_mask.device)
     mask = response_mask.bool()  # (N, T)
     return torch.where(mask, per_sequence.unsqueeze(-1), 0.0)  # (N, T)

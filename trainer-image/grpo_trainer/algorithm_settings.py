@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
+ADVANTAGE_ESTIMATORS = ("grpo", "rloo")
+ADVANTAGE_STD_SCOPES = ("group", "batch")
+POLICY_LOSSES = ("ppo-clip", "gspo", "cispo")
 LOSS_AGGREGATIONS = (
     "token-mean",
     "seq-mean-token-sum",
@@ -28,6 +31,9 @@ CRD_KEYS = {
     "clipRatioC": "clip_ratio_c",
     "lossAggregation": "loss_aggregation",
     "normalizeAdvantageByStd": "normalize_advantage_by_std",
+    "advantageEstimator": "advantage_estimator",
+    "advantageStdScope": "advantage_std_scope",
+    "policyLoss": "policy_loss",
     "temperature": "temperature",
 }
 
@@ -41,8 +47,10 @@ class AlgorithmSettings:
     clip_ratio_low / clip_ratio_high: PPO clip range ``[1 - low, 1 + high]`` of the ratio.
     clip_ratio_c: dual-clip bound for negative advantages (> 1).
     loss_aggregation: one of ``LOSS_AGGREGATIONS`` (see ``grpo_trainer.aggregation``).
-    normalize_advantage_by_std: divide group-centred scores by the group's std (GRPO) or not
-        (Dr.GRPO).
+    normalize_advantage_by_std: divide the baselined scores by a std (GRPO) or not (Dr.GRPO).
+    advantage_estimator: the baseline, one of ``ADVANTAGE_ESTIMATORS`` (``advantages``).
+    advantage_std_scope: the group's std or the whole step's, ``ADVANTAGE_STD_SCOPES``.
+    policy_loss: one of ``POLICY_LOSSES`` (``policy_loss``).
     temperature: the sampling temperature; logits are divided by it wherever logprobs are taken.
     """
 
@@ -54,6 +62,9 @@ class AlgorithmSettings:
     loss_aggregation: str = "token-mean"
     normalize_advantage_by_std: bool = True
     temperature: float = 1.0
+    advantage_estimator: str = "grpo"
+    advantage_std_scope: str = "group"
+    policy_loss: str = "ppo-clip"
 
     def __post_init__(self) -> None:
         if not self.kl_coef >= 0:
@@ -74,6 +85,15 @@ class AlgorithmSettings:
             )
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        for key, value, allowed in (
+            ("advantageEstimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS),
+            ("advantageStdScope", self.advantage_std_scope, ADVANTAGE_STD_SCOPES),
+            ("policyLoss", self.policy_loss, POLICY_LOSSES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{key} must be one of {allowed}, got {value!r}")
+        if self.policy_loss == "gspo" and self.loss_aggregation != "seq-mean-token-mean":
+            raise ValueError("policyLoss gspo needs lossAggregation seq-mean-token-mean")
 
     @classmethod
     def from_algorithm(cls, algorithm: Mapping[str, Any]) -> AlgorithmSettings:

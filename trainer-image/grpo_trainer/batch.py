@@ -41,9 +41,12 @@ def build_batch(
     scores: Sequence[float],
     pad_id: int,
     normalize_by_std: bool,
+    estimator: str = "grpo",
+    std_scope: str = "group",
 ) -> Batch:
     """Tensors of one step. ``groups[i]`` are prompt i's completions; ``scores`` is flat in the
-    same order (len = total completions)."""
+    same order (len = total completions); advantages as ``advantages.compute_advantages``
+    computes them with ``normalize_by_std``, ``estimator`` and ``std_scope``."""
     rows = [(p, c) for p, group in zip(prompts, groups, strict=True) for c in group]
     if len(rows) != len(scores):
         raise ValueError(f"{len(rows)} completions but {len(scores)} scores")
@@ -63,7 +66,8 @@ def build_batch(
         engine_log_prob[i, :t] = torch.tensor(completion.log_probs, dtype=torch.float32)
     group_ids = torch.tensor([g for g, group in enumerate(groups) for _ in group])  # (N,)
     score_tensor = torch.tensor(scores, dtype=torch.float32)  # (N,)
-    advantages = compute_advantages(score_tensor, group_ids, response_mask, normalize_by_std)
+    advantages = compute_advantages(score_tensor, group_ids, response_mask, normalize_by_std,
+                                    estimator=estimator, std_scope=std_scope)
     return {
         "input_ids": input_ids,
         "attention_mask": attention_mask,

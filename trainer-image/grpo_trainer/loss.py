@@ -61,7 +61,7 @@ def grpo_loss(
         raise ValueError(f"expected four (B, T) tensors of one shape, got {shapes}")
     mode = settings.loss_aggregation
 
-    # Policy term: clipped, dual-clipped ratio objective.
+    # Policy term: the clipped ratio objective of settings.policy_loss.
     terms = policy_loss(
         log_prob,
         old_log_prob,
@@ -69,6 +69,8 @@ def grpo_loss(
         settings.clip_ratio_low,
         settings.clip_ratio_high,
         settings.clip_ratio_c,
+        kind=settings.policy_loss,
+        response_mask=response_mask,
     )
     pg_loss = aggregate(terms.loss, response_mask, mode, counts)
     loss = pg_loss

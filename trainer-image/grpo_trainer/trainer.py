@@ -235,9 +235,9 @@ class Trainer:
             return None
 
         # 4. Group-relative advantages and the padded batch.
-        batch = build_batch(
-            prompts, groups, scores, self.pad_id, self.config.algorithm.normalize_advantage_by_std
-        )
+        a = self.config.algorithm
+        batch = build_batch(prompts, groups, scores, self.pad_id, a.normalize_advantage_by_std,
+                            a.advantage_estimator, a.advantage_std_scope)
 
         # 5. Update the policy (colocated engines give their GPU memory back meanwhile).
         if self.colocated:

@@ -28,6 +28,28 @@ class LossAggregation(StrEnum):
     SEQ_MEAN_TOKEN_SUM_NORM = "seq-mean-token-sum-norm"
 
 
+class AdvantageEstimator(StrEnum):
+    """The baseline each completion's score is compared with (docs/algorithm.md)."""
+
+    GRPO = "grpo"
+    RLOO = "rloo"
+
+
+class AdvantageStdScope(StrEnum):
+    """Whose standard deviation scales the advantages."""
+
+    GROUP = "group"
+    BATCH = "batch"
+
+
+class PolicyLoss(StrEnum):
+    """The policy-gradient objective (docs/algorithm.md)."""
+
+    PPO_CLIP = "ppo-clip"
+    GSPO = "gspo"
+    CISPO = "cispo"
+
+
 def _step_sequences(a: AlgorithmSpec) -> int:
     return a.prompts_per_step * a.group_size
 
@@ -68,16 +90,29 @@ class AlgorithmSpec(ApiModel):
     """`k1` = d, `k2` = d^2/2, `k3` = exp(-d) + d - 1 (clamped to +-10)."""
     clip_ratio_low: StrictFloat = Field(default=0.2, gt=0, lt=1)
     """Lower clip of the importance ratio: r >= 1 - clipRatioLow."""
-    clip_ratio_high: StrictFloat = Field(default=0.2, gt=0, lt=1)
+    clip_ratio_high: StrictFloat = Field(default=0.2, gt=0, le=10)
     """Upper clip of the importance ratio: r <= 1 + clipRatioHigh (DAPO's clip-higher uses
-    0.28)."""
+    0.28; with policyLoss cispo it caps the importance weight, e.g. 4.0 for TRL's
+    epsilon_high 5.0)."""
     clip_ratio_c: StrictFloat = Field(default=3.0, gt=1, le=100)
     """Dual-clip bound for negative advantages: the loss is at most -A x clipRatioC."""
     loss_aggregation: LossAggregation = LossAggregation.TOKEN_MEAN
     """How token losses are aggregated."""
     normalize_advantage_by_std: StrictBool = True
-    """Divide advantages by the group's standard deviation (GRPO); false: score - group mean
-    (Dr. GRPO)."""
+    """Divide advantages by a standard deviation (advantageStdScope; GRPO); false: score minus
+    the baseline only (Dr. GRPO)."""
+    advantage_estimator: AdvantageEstimator = AdvantageEstimator.GRPO
+    """The baseline: `grpo`, the group's mean; `rloo`, the mean of the group's other
+    completions (leave-one-out)."""
+    advantage_std_scope: AdvantageStdScope = AdvantageStdScope.GROUP
+    """With normalizeAdvantageByStd: the standard deviation of the group's scores (`group`,
+    GRPO) or of the whole step's (`batch`, TRL's scale_rewards batch)."""
+    policy_loss: PolicyLoss = PolicyLoss.PPO_CLIP
+    """`ppo-clip`: the token ratio clipped to [1 - clipRatioLow, 1 + clipRatioHigh], with the
+    dual clip; `gspo`: one length-normalised ratio per sequence, clipped (GSPO's paper uses
+    clipRatioLow 3e-4, clipRatioHigh 4e-4; needs lossAggregation seq-mean-token-mean);
+    `cispo`: the token ratio capped at 1 + clipRatioHigh and detached, weighting the
+    log-probability (no token loses its gradient)."""
     max_prompt_tokens: StrictInt = Field(default=512, ge=1, le=1_048_576)
     """Longer prompts are filtered out of the dataset."""
     max_response_tokens: StrictInt = Field(default=1024, ge=1, le=1_048_576)
@@ -103,6 +138,13 @@ class AlgorithmSpec(ApiModel):
     when it starts)."""
 
     RULES = (
+        Rule(
+            cel="self.policyLoss != 'gspo' || self.lossAggregation == 'seq-mean-token-mean'",
+            message="policyLoss gspo needs lossAggregation seq-mean-token-mean",
+            check=lambda a: (a.policy_loss != PolicyLoss.GSPO
+                             or a.loss_aggregation == LossAggregation.SEQ_MEAN_TOKEN_MEAN),
+            field_path=".lossAggregation",
+        ),
         Rule(
             cel="!has(self.miniBatchSize) || "
             "(self.promptsPerStep * self.groupSize) % self.miniBatchSize == 0",
