@@ -16,6 +16,10 @@ def test_from_algorithm_maps_every_crd_key():
         "advantageEstimator": "rloo",
         "advantageStdScope": "batch",
         "policyLoss": "cispo",
+        "maskTruncatedCompletions": True,
+        "overlongBufferTokens": 64,
+        "overlongPenaltyFactor": 0.5,
+        "maxResponseTokens": 256,
         "groupSize": 8,  # owned elsewhere: ignored
         "learningRate": None,
     }
@@ -33,6 +37,10 @@ def test_from_algorithm_maps_every_crd_key():
         advantage_estimator="rloo",
         advantage_std_scope="batch",
         policy_loss="cispo",
+        mask_truncated_completions=True,
+        overlong_buffer_tokens=64,
+        overlong_penalty_factor=0.5,
+        max_response_tokens=256,
     )
 
 

@@ -1,6 +1,8 @@
 """The GRPO variants against their peers' own code, transcribed here from their sources:
 verl b178a3cd56f58b2d502255daba591e92833930a7 (verl/trainer/ppo/core_algos.py:
-compute_rloo_outcome_advantage, compute_policy_loss_gspo) and TRL
+compute_rloo_outcome_advantage, compute_reinforce_plus_plus_baseline_outcome_advantage with
+verl/utils/torch_functional.py masked_whiten, compute_policy_loss_gspo;
+verl/workers/reward_manager/dapo.py: the overlong reward) and TRL
 f2cd57710ae345ea6428ae95363267fcf38a3dc8 (trl/trainer/grpo_trainer.py: scale_rewards="batch",
 loss_type="cispo"). Shared random vectors with masked rows, uneven groups and large ratios; then
 the on-policy identities every loss must keep."""
@@ -10,7 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo_trainer.advantages import group_advantages
+from grpo_trainer.advantages import compute_advantages, group_advantages
+from grpo_trainer.algorithm_settings import AlgorithmSettings
+from grpo_trainer.batch import Completion, build_batch, overlong_penalty
 from grpo_trainer.policy_loss import policy_loss
 
 LOSSES = ("ppo-clip", "gspo", "cispo")
@@ -42,6 +46,37 @@ def verl_rloo(scores: torch.Tensor, index: list) -> torch.Tensor:
             scores[i] = (scores[i] * response_num / (response_num - 1)
                          - id2mean[index[i]] * response_num / (response_num - 1))
     return scores
+
+
+def verl_reinforce_pp_baseline(scores, response_mask, index):
+    id2score: dict = {}
+    for i, idx in enumerate(index):
+        id2score.setdefault(idx, []).append(scores[i])
+    id2mean = {idx: torch.mean(torch.stack(v)) if len(v) > 1 else torch.tensor(0.0)
+               for idx, v in id2score.items()}
+    scores = scores.clone()
+    for i in range(len(scores)):
+        scores[i] = scores[i] - id2mean[index[i]]
+    scores = scores.unsqueeze(-1).tile([1, response_mask.shape[-1]]) * response_mask
+    return verl_masked_whiten(scores, response_mask) * response_mask
+
+
+def verl_masked_whiten(values, mask):
+    def masked_mean(v, m):
+        return (v * m).sum() / (m.sum() + 1e-8)
+    mean = masked_mean(values, mask)
+    centered = values - mean
+    variance = masked_mean(centered**2, mask)
+    mask_sum = mask.sum()
+    variance = variance * (mask_sum / (mask_sum - 1))
+    return (values - mean) * torch.rsqrt(variance + 1e-8)
+
+
+def verl_overlong_reward(valid_response_length, max_resp_len, overlong_buffer_len,
+                         overlong_penalty_factor):
+    expected_len = max_resp_len - overlong_buffer_len
+    exceed_len = valid_response_length - expected_len
+    return min(-exceed_len / overlong_buffer_len * overlong_penalty_factor, 0)
 
 
 def trl_batch_scaled(rewards: torch.Tensor, index: list) -> torch.Tensor:
@@ -85,6 +120,41 @@ def test_rloo_is_verls_and_a_lone_completion_gets_zero():
     assert ours[9] == 0  # verl's loop keeps the raw score; its vectorized form gives 0 too
     others = torch.tensor([SCORES[[j for j in range(4) if j != i]].mean() for i in range(4)])
     torch.testing.assert_close(ours[:4], SCORES[:4] - others.to(torch.float64))
+
+
+def test_reinforce_pp_baseline_is_verls_over_the_steps_tokens():
+    lengths = torch.tensor([7, 5, 1, 3, 7, 2, 4, 6, 7])
+    mask = (torch.arange(7) < lengths[:, None]).to(torch.float64)
+    ours = compute_advantages(SCORES[:9], GROUPS[:9], mask, estimator="reinforce++-baseline")
+    torch.testing.assert_close(ours, verl_reinforce_pp_baseline(SCORES[:9], mask, GROUPS[:9]))
+    tokens = ours[mask.bool()]
+    assert abs(float(tokens.mean())) < 1e-6 and abs(float(tokens.std()) - 1) < 1e-6
+
+
+def test_the_overlong_punishment_is_verls_dapo_reward():
+    lengths = torch.tensor([0.0, 100.0, 192.0, 200.0, 230.0, 256.0])
+    ours = overlong_penalty(lengths, max_tokens=256, buffer=64, factor=0.5)
+    theirs = [verl_overlong_reward(n, 256, 64, 0.5) for n in lengths.tolist()]
+    torch.testing.assert_close(ours, torch.tensor(theirs, dtype=torch.float32))
+    assert ours[:3].eq(0).all() and ours[-1] == -0.5
+
+
+def test_length_pieces_shape_advantages_not_the_reported_scores():
+    def completion(n: int, reason: str) -> Completion:
+        return Completion(tuple(range(1, n + 1)), (-1.0,) * n, "x" * n, reason)
+
+    groups = [[completion(2, "stop"), completion(8, "length"), completion(3, "stop"),
+               completion(6, "stop")]]
+    settings = AlgorithmSettings(mask_truncated_completions=True, overlong_buffer_tokens=4,
+                                 max_response_tokens=8, normalize_advantage_by_std=False)
+    batch = build_batch([[9]], groups, [1.0, 1.0, 1.0, 1.0], 0, settings)
+    assert batch["scores"].tolist() == [1.0, 1.0, 1.0, 1.0]  # the verifier's, as reported
+    assert batch["response_mask"][1].sum() == 0  # truncated: out of the loss
+    assert batch["response_mask"][3].sum() == 6
+    # lengths 2, 8, 3, 6 -> penalties 0, -1, 0, -0.5; group mean -0.375
+    assert batch["advantages"][0, 0] == pytest.approx(0.375)
+    assert batch["advantages"][3, 0] == pytest.approx(-0.125)
+    assert (batch["advantages"][1] == 0).all()  # masked
 
 
 def test_batch_std_scaling_is_trls():

@@ -6,6 +6,10 @@ Baseline (``estimator``), for a group g of n completions with mean ``mean_g``:
     grpo:  c_i = s_i - mean_g                       verl's compute_grpo_outcome_advantage
     rloo:  c_i = s_i - mean(s_j, j != i)            verl's compute_rloo_outcome_advantage
               = n / (n - 1) * (s_i - mean_g)
+    reinforce++-baseline: c_i = s_i - mean_g, then (with normalize_by_std) whitened over every
+           response token of the step, as verl's
+           compute_reinforce_plus_plus_baseline_outcome_advantage: token-weighted mean and
+           unbiased variance, (x - mean) / sqrt(var + 1e-8) (``compute_advantages``)
 
 Scaling (``normalize_by_std``, over ``std_scope``):
 
@@ -39,7 +43,8 @@ def _group_index(group_ids: Tensor | Sequence[Hashable]) -> Tensor:
     return torch.tensor([dense.setdefault(g, len(dense)) for g in group_ids], dtype=torch.long)
 
 
-ESTIMATORS = ("grpo", "rloo")
+ESTIMATORS = ("grpo", "rloo", "reinforce++-baseline")
+WHITEN_EPSILON = 1e-8  # verl's masked_whiten
 STD_SCOPES = ("group", "batch")
 
 
@@ -85,6 +90,8 @@ def group_advantages(
     mean = zeros.index_add(0, index, s) / counts  # (G,)
     centered = s - mean[index]  # (N,)
     advantages = centered
+    if estimator == "reinforce++-baseline":  # whitened over tokens by compute_advantages
+        normalize_by_std = False
     if estimator == "rloo":  # n/(n-1) (s - mean): the mean of the others as the baseline
         n = counts[index]  # (N,)
         advantages = centered * n / (n - 1).clamp(min=1)
@@ -132,4 +139,16 @@ def compute_advantages(
                                     std_scope)  # (N,)
     per_sequence = per_sequence.to(response_mask.device)
     mask = response_mask.bool()  # (N, T)
-    return torch.where(mask, per_sequence.unsqueeze(-1), 0.0)  # (N, T)
+    tokens = torch.where(mask, per_sequence.unsqueeze(-1), 0.0)  # (N, T)
+    if estimator == "reinforce++-baseline" and normalize_by_std:
+        tokens = _whiten(tokens, mask)
+    return tokens
+
+
+def _whiten(values: Tensor, mask: Tensor) -> Tensor:
+    """(values - mean) / sqrt(var + 1e-8) over the masked entries (unbiased var), 0 elsewhere."""
+    picked = values[mask].to(torch.float64)
+    if picked.numel() < 2:
+        return torch.zeros_like(values)
+    whitened = (values - picked.mean()) * torch.rsqrt(picked.var(correction=1) + WHITEN_EPSILON)
+    return torch.where(mask, whitened.to(values.dtype), 0.0)

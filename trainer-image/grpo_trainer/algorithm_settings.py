@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
-ADVANTAGE_ESTIMATORS = ("grpo", "rloo")
+ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "reinforce++-baseline")
 ADVANTAGE_STD_SCOPES = ("group", "batch")
 POLICY_LOSSES = ("ppo-clip", "gspo", "cispo")
 LOSS_AGGREGATIONS = (
@@ -34,6 +34,10 @@ CRD_KEYS = {
     "advantageEstimator": "advantage_estimator",
     "advantageStdScope": "advantage_std_scope",
     "policyLoss": "policy_loss",
+    "maskTruncatedCompletions": "mask_truncated_completions",
+    "overlongBufferTokens": "overlong_buffer_tokens",
+    "overlongPenaltyFactor": "overlong_penalty_factor",
+    "maxResponseTokens": "max_response_tokens",
     "temperature": "temperature",
 }
 
@@ -51,6 +55,8 @@ class AlgorithmSettings:
     advantage_estimator: the baseline, one of ``ADVANTAGE_ESTIMATORS`` (``advantages``).
     advantage_std_scope: the group's std or the whole step's, ``ADVANTAGE_STD_SCOPES``.
     policy_loss: one of ``POLICY_LOSSES`` (``policy_loss``).
+    mask_truncated_completions, overlong_buffer_tokens, overlong_penalty_factor: DAPO's length
+        pieces (``batch``); max_response_tokens: the length they measure against.
     temperature: the sampling temperature; logits are divided by it wherever logprobs are taken.
     """
 
@@ -65,6 +71,10 @@ class AlgorithmSettings:
     advantage_estimator: str = "grpo"
     advantage_std_scope: str = "group"
     policy_loss: str = "ppo-clip"
+    mask_truncated_completions: bool = False
+    overlong_buffer_tokens: int | None = None
+    overlong_penalty_factor: float = 1.0
+    max_response_tokens: int = 1024
 
     def __post_init__(self) -> None:
         if not self.kl_coef >= 0:
@@ -94,6 +104,10 @@ class AlgorithmSettings:
                 raise ValueError(f"{key} must be one of {allowed}, got {value!r}")
         if self.policy_loss == "gspo" and self.loss_aggregation != "seq-mean-token-mean":
             raise ValueError("policyLoss gspo needs lossAggregation seq-mean-token-mean")
+        buffer = self.overlong_buffer_tokens
+        if buffer is not None and not 0 < buffer <= self.max_response_tokens:
+            raise ValueError(f"overlongBufferTokens must be in (0, maxResponseTokens], got "
+                             f"{buffer}")
 
     @classmethod
     def from_algorithm(cls, algorithm: Mapping[str, Any]) -> AlgorithmSettings:

@@ -10,6 +10,16 @@ right-padded to its longest response ``Tr``, so every response starts at column 
     engine_log_prob(N, Tr)       the engine's logprobs of the sampled tokens (the parity guard's)
 
 Rows are ordered group by group (the G completions of prompt 0, then of prompt 1, ...).
+
+DAPO's length pieces, when the settings ask for them: the soft overlong punishment adds to the
+score the advantages are computed from (``scores`` in the batch stay the verifier's own), as
+verl's DAPO reward manager,
+
+    penalty = min(-(len - (maxResponseTokens - buffer)) / buffer * overlongPenaltyFactor, 0)
+
+and overlong filtering (``maskTruncatedCompletions``, TRL's ``mask_truncated_completions``)
+zeroes the response mask of a completion cut at maxResponseTokens: it still counts in its
+group's statistics, not in the loss.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import torch
 from torch import Tensor
 
 from grpo_trainer.advantages import compute_advantages
+from grpo_trainer.algorithm_settings import AlgorithmSettings
 
 Batch = dict[str, Tensor]
 
@@ -40,13 +51,11 @@ def build_batch(
     groups: Sequence[Sequence[Completion]],
     scores: Sequence[float],
     pad_id: int,
-    normalize_by_std: bool,
-    estimator: str = "grpo",
-    std_scope: str = "group",
+    settings: AlgorithmSettings,
 ) -> Batch:
     """Tensors of one step. ``groups[i]`` are prompt i's completions; ``scores`` is flat in the
     same order (len = total completions); advantages as ``advantages.compute_advantages``
-    computes them with ``normalize_by_std``, ``estimator`` and ``std_scope``."""
+    computes them with the ``settings``, after the length pieces above."""
     rows = [(p, c) for p, group in zip(prompts, groups, strict=True) for c in group]
     if len(rows) != len(scores):
         raise ValueError(f"{len(rows)} completions but {len(scores)} scores")
@@ -66,8 +75,19 @@ def build_batch(
         engine_log_prob[i, :t] = torch.tensor(completion.log_probs, dtype=torch.float32)
     group_ids = torch.tensor([g for g, group in enumerate(groups) for _ in group])  # (N,)
     score_tensor = torch.tensor(scores, dtype=torch.float32)  # (N,)
-    advantages = compute_advantages(score_tensor, group_ids, response_mask, normalize_by_std,
-                                    estimator=estimator, std_scope=std_scope)
+    shaped = score_tensor
+    if settings.overlong_buffer_tokens:
+        lengths = torch.tensor([len(c.token_ids) for _, c in rows], dtype=torch.float32)
+        shaped = score_tensor + overlong_penalty(lengths, settings.max_response_tokens,
+                                                 settings.overlong_buffer_tokens,
+                                                 settings.overlong_penalty_factor)
+    if settings.mask_truncated_completions:
+        truncated = torch.tensor([c.finish_reason == "length" for _, c in rows])
+        response_mask[truncated] = 0.0
+    advantages = compute_advantages(shaped, group_ids, response_mask,
+                                    settings.normalize_advantage_by_std,
+                                    estimator=settings.advantage_estimator,
+                                    std_scope=settings.advantage_std_scope)
     return {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
@@ -77,6 +97,13 @@ def build_batch(
         "scores": score_tensor,
         "group_ids": group_ids,
     }
+
+
+def overlong_penalty(lengths: Tensor, max_tokens: int, buffer: int, factor: float) -> Tensor:
+    """(N,) DAPO's soft overlong punishment of completions of ``lengths`` tokens: 0 up to
+    ``max_tokens - buffer``, then falling linearly to ``-factor`` at ``max_tokens``."""
+    exceed = lengths - (max_tokens - buffer)
+    return (-exceed / buffer * factor).clamp(max=0.0)
 
 
 def shard_batch(batch: Batch, world_size: int, mini_batch_size: int) -> list[Batch]:

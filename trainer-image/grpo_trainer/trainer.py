@@ -235,9 +235,7 @@ class Trainer:
             return None
 
         # 4. Group-relative advantages and the padded batch.
-        a = self.config.algorithm
-        batch = build_batch(prompts, groups, scores, self.pad_id, a.normalize_advantage_by_std,
-                            a.advantage_estimator, a.advantage_std_scope)
+        batch = build_batch(prompts, groups, scores, self.pad_id, self.config.algorithm)
 
         # 5. Update the policy (colocated engines give their GPU memory back meanwhile).
         if self.colocated:

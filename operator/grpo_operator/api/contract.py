@@ -41,7 +41,8 @@ HISTORY = {
     "1.0": "run config and report schemaVersion 1, before contract versions",
     "1.1": "contractVersion in the run config and reports; spec.learner, algorithm.weightDecay, "
            "adamBeta1, adamBeta2, evalSamples, evalMaxPrompts, advantageEstimator, "
-           "advantageStdScope, policyLoss, clipRatioHigh up to 10; evaluation figures and "
+           "advantageStdScope, policyLoss, maskTruncatedCompletions, overlongBufferTokens, "
+           "overlongPenaltyFactor, clipRatioHigh up to 10; evaluation figures and "
            "tokens in the report's ledger; lastStep.seconds.eval; exit code 18",
 }
 

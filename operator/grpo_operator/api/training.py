@@ -33,6 +33,7 @@ class AdvantageEstimator(StrEnum):
 
     GRPO = "grpo"
     RLOO = "rloo"
+    REINFORCE_PP_BASELINE = "reinforce++-baseline"
 
 
 class AdvantageStdScope(StrEnum):
@@ -103,10 +104,21 @@ class AlgorithmSpec(ApiModel):
     the baseline only (Dr. GRPO)."""
     advantage_estimator: AdvantageEstimator = AdvantageEstimator.GRPO
     """The baseline: `grpo`, the group's mean; `rloo`, the mean of the group's other
-    completions (leave-one-out)."""
+    completions (leave-one-out); `reinforce++-baseline`, the group's mean, then (with
+    normalizeAdvantageByStd) whitened over all the step's response tokens (needs
+    advantageStdScope batch)."""
     advantage_std_scope: AdvantageStdScope = AdvantageStdScope.GROUP
     """With normalizeAdvantageByStd: the standard deviation of the group's scores (`group`,
     GRPO) or of the whole step's (`batch`, TRL's scale_rewards batch)."""
+    mask_truncated_completions: StrictBool = False
+    """DAPO's overlong filtering: a completion cut at maxResponseTokens counts in its group's
+    statistics but not in the loss (TRL's mask_truncated_completions)."""
+    overlong_buffer_tokens: StrictInt | None = Field(default=None, ge=1, le=1_048_576)
+    """DAPO's soft overlong punishment: over the last this many tokens before
+    maxResponseTokens, the score the advantages see falls linearly to -overlongPenaltyFactor
+    (the reported reward stays the verifier's). Unset: no punishment."""
+    overlong_penalty_factor: StrictFloat = Field(default=1.0, ge=0, le=100)
+    """The soft overlong punishment's largest penalty."""
     policy_loss: PolicyLoss = PolicyLoss.PPO_CLIP
     """`ppo-clip`: the token ratio clipped to [1 - clipRatioLow, 1 + clipRatioHigh], with the
     dual clip; `gspo`: one length-normalised ratio per sequence, clipped (GSPO's paper uses
@@ -138,6 +150,24 @@ class AlgorithmSpec(ApiModel):
     when it starts)."""
 
     RULES = (
+        Rule(
+            cel="!has(self.overlongBufferTokens) || "
+            "self.overlongBufferTokens <= self.maxResponseTokens",
+            message="overlongBufferTokens must not exceed maxResponseTokens",
+            check=lambda a: (a.overlong_buffer_tokens is None
+                             or a.overlong_buffer_tokens <= a.max_response_tokens),
+            field_path=".overlongBufferTokens",
+        ),
+        Rule(
+            cel="self.advantageEstimator != 'reinforce++-baseline' || "
+            "!self.normalizeAdvantageByStd || self.advantageStdScope == 'batch'",
+            message="advantageEstimator reinforce++-baseline whitens over the step: set "
+            "advantageStdScope batch (or normalizeAdvantageByStd false)",
+            check=lambda a: (a.advantage_estimator != AdvantageEstimator.REINFORCE_PP_BASELINE
+                             or not a.normalize_advantage_by_std
+                             or a.advantage_std_scope == AdvantageStdScope.BATCH),
+            field_path=".advantageStdScope",
+        ),
         Rule(
             cel="self.policyLoss != 'gspo' || self.lossAggregation == 'seq-mean-token-mean'",
             message="policyLoss gspo needs lossAggregation seq-mean-token-mean",

@@ -67,7 +67,7 @@ def generated_batch(engines, prompts, scores=None):
     groups = engines.generate(prompts, [7 + 4 * i for i in range(len(prompts))], sampling)
     n = sum(len(g) for g in groups)
     scores = scores or [float(i % 3) for i in range(n)]
-    return build_batch(prompts, groups, scores, pad_id=0, normalize_by_std=True)
+    return build_batch(prompts, groups, scores, pad_id=0, settings=AlgorithmSettings())
 
 
 @pytest.fixture

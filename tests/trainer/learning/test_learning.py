@@ -23,6 +23,12 @@ VARIANTS = {
              "clipRatioLow": 3e-4, "clipRatioHigh": 4e-4},
     "cispo": {"policyLoss": "cispo", "clipRatioHigh": 4.0},
     "rloo-batch-std": {"advantageEstimator": "rloo", "advantageStdScope": "batch"},
+    "reinforce++-baseline": {"advantageEstimator": "reinforce++-baseline",
+                             "advantageStdScope": "batch"},
+    # DAPO's clip-higher and soft overlong punishment (the toy model's completions mostly run
+    # to maxResponseTokens: filtering them out would leave nothing to learn from)
+    "dapo-style": {"clipRatioHigh": 0.28, "overlongBufferTokens": 4,
+                   "overlongPenaltyFactor": 0.1},
 }
 
 

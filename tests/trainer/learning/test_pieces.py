@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from grpo_trainer import toy
+from grpo_trainer.algorithm_settings import AlgorithmSettings
 from grpo_trainer.batch import Completion, build_batch, shard_batch
 from grpo_trainer.data import PLAIN_ASSISTANT_PREFIX, DatasetError, load_prompts, render_prompt
 from grpo_trainer.placement import plan_placement
@@ -63,7 +64,7 @@ def _completion(tokens):
 def test_batch_layout_and_world_size_invariant_shards():
     prompts = [[1, 2, 3], [4]]
     groups = [[_completion([5, 6]), _completion([7])], [_completion([8, 9, 10]), _completion([])]]
-    batch = build_batch(prompts, groups, [1.0, 0.0, 0.5, 0.5], pad_id=0, normalize_by_std=True)
+    batch = build_batch(prompts, groups, [1.0, 0.0, 0.5, 0.5], 0, AlgorithmSettings())
     assert batch["input_ids"].tolist() == [
         [1, 2, 3, 5, 6, 0], [1, 2, 3, 7, 0, 0], [0, 0, 4, 8, 9, 10], [0, 0, 4, 0, 0, 0]
     ]

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from grpo_trainer import toy
+from grpo_trainer.algorithm_settings import AlgorithmSettings
 from grpo_trainer.batch import build_batch
 from grpo_trainer.learner.update import UpdatePlan
 from grpo_trainer.rewards.char_fraction import CharFractionReward
@@ -52,7 +53,7 @@ def tied_engines(local_ray, tied_model):
 def _batch(engines, prompts, seed: int):
     groups = engines.generate(prompts, [seed + 4 * i for i in range(len(prompts))], SAMPLING)
     scores = [float(i % 3) for i in range(sum(len(g) for g in groups))]  # varies in each group
-    return build_batch(prompts, groups, scores, pad_id=0, normalize_by_std=True)
+    return build_batch(prompts, groups, scores, pad_id=0, settings=AlgorithmSettings())
 
 
 def _engine_gap(learners, engines, prompts, seed: int) -> float:
@@ -136,7 +137,7 @@ def test_engine_logprobs_equal_learner_logprobs_after_a_step_and_sync(
     seeds = [1000 + 4 * i for i in range(len(prompts))]
     groups = engines.generate(prompts, seeds, trainer.sampling)
     scores = [0.0] * sum(len(g) for g in groups)
-    batch = build_batch(prompts, groups, scores, trainer.pad_id, normalize_by_std=True)
+    batch = build_batch(prompts, groups, scores, trainer.pad_id, settings=AlgorithmSettings())
     mask = batch["response_mask"].bool()
     engine = batch["engine_log_prob"][mask]
     after = trainer.learners.logprobs(batch)[mask]
