@@ -38,6 +38,13 @@ from .ray_pods import RayPods
 
 
 @dataclass
+
+class KubectlError(subprocess.CalledProcessError):
+    """A failed kubectl, its stderr in the message (a test failure then says why)."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}: {(self.stderr or '').strip()[-2000:]}"
+
 class LocalCluster:
     root: Path
     tools: Toolset
@@ -155,9 +162,7 @@ class LocalCluster:
             timeout=timeout,
         )
         if check and proc.returncode != 0:
-            raise subprocess.CalledProcessError(
-                proc.returncode, proc.args, proc.stdout, proc.stderr
-            )
+            raise KubectlError(proc.returncode, proc.args, proc.stdout, proc.stderr)
         return proc
 
     def install_crd(self, path: Path, timeout: float = 60) -> None:

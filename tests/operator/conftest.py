@@ -47,8 +47,7 @@ def session_once(request: pytest.FixtureRequest, key: str, make: Callable[[], T]
 @pytest.fixture(scope="session")
 def grporun_crd(cluster) -> str:
     """Installs the checked-in CRD (server-side, as users are told to) and waits for it."""
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    cluster.install_crd(CRD_PATH)
     return CRD_NAME
 
 

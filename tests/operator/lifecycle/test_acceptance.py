@@ -34,7 +34,8 @@ def test_a_plan_over_the_token_budget_is_refused(runs, tmp_path):
     runs.create(body)
     accepted = _refused(runs, "over-budget", "BudgetTooSmall")
     # 2 steps x 2 prompts x 2 completions x 8 tokens = 64 > 50
-    assert "maxGeneratedTokens (50)" in accepted["message"]
+    assert "2 step(s) x 32 tokens = 64" in accepted["message"]
+    assert "budget.maxGeneratedTokens 50" in accepted["message"]
     assert "= 64" in accepted["message"]
 
 

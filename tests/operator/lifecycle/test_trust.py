@@ -58,6 +58,8 @@ def test_a_namespace_editor_cannot_decide_how_a_run_ends(cluster, k8s_api, runs,
     name = body["metadata"]["name"]
     # Long enough to forge while it trains (the driver is deleted long before the end).
     body["spec"]["algorithm"]["maxSteps"] = 500
+    # Its evaluations (16 prompts every 2 steps) would not fit the example's token budget.
+    body["spec"]["budget"]["maxGeneratedTokens"] = 10**7
     body["spec"]["checkpoint"]["intervalSteps"] = 50
     body["spec"]["runPolicy"]["maxRestarts"] = 0
     runs.create(body)
