@@ -37,14 +37,14 @@ from .processes import Supervisor
 from .ray_pods import RayPods
 
 
-@dataclass
-
 class KubectlError(subprocess.CalledProcessError):
     """A failed kubectl, its stderr in the message (a test failure then says why)."""
 
     def __str__(self) -> str:
         return f"{super().__str__()}: {(self.stderr or '').strip()[-2000:]}"
 
+
+@dataclass
 class LocalCluster:
     root: Path
     tools: Toolset
