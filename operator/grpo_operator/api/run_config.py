@@ -26,7 +26,6 @@ from grpo_operator.api.base import ApiModel, StrictStr, schema_version_type
 from grpo_operator.api.checkpoint_layout import CHECKPOINT_MOUNT, CheckpointLayout
 from grpo_operator.api.contract import (
     CONTRACT_VERSION,
-    VERSION_KEY,
     ContractVersionText,
     image_refuses,
     peek_version,
@@ -151,16 +150,16 @@ class RunConfig(ApiModel):
     def from_json(cls, data: str | bytes) -> RunConfig:
         """Parse strictly; RunConfigError names the offending fields, IncompatibleContractError
         says when the config is of a contract this image cannot run."""
-        try:
-            version = peek_version(data)
-        except ValueError as err:
-            raise RunConfigError(f"{VERSION_KEY}: {err}") from None
         problem = None
         try:
             config = cls.model_validate_json(data)
         except ValidationError as exc:
             problem = describe_validation_error(exc)
-        refusal = image_refuses(version, problem=problem)
+        try:
+            version = peek_version(data)
+        except ValueError:  # not JSON, or a malformed version: strict parsing says which
+            version = None
+        refusal = None if version is None else image_refuses(version, problem=problem)
         if refusal is not None:
             raise IncompatibleContractError(refusal)
         if problem is not None:
