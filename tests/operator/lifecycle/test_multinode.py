@@ -163,8 +163,11 @@ def test_a_split_run_on_two_workers_keeps_parity_after_every_sync(cluster, runs,
     artifact = tmp_path / "checkpoints" / runs.get(name)["metadata"]["uid"] / "artifact"
     assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
             "tokenizer_config.json"} <= {p.name for p in artifact.iterdir()}
+    config = json.loads((artifact / "config.json").read_text())
+    assert config.get("dtype", config.get("torch_dtype")) == "float32"  # the master weights
     served = _serve(artifact)
-    assert served == {"tokens": served["tokens"], "dtype": "torch.float32"} and served["tokens"]
+    # vLLM's dtype "auto" serves a float32 checkpoint in bfloat16 on the CPU.
+    assert served["tokens"] >= 1 and served["dtype"] == "torch.bfloat16", served
 
 
 def test_a_colocated_run_survives_a_lost_worker_pod_on_the_same_raycluster(
