@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -110,17 +109,12 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
 
     def save(trainer) -> SavedCheckpoint:
         progress.doing(TrainerActivity.CHECKPOINTING)
-        started: list[float] = []  # set when this call writes (a step is never rewritten)
-
-        def write(directory: Path) -> None:
-            started.append(time.perf_counter())
-            _write(directory, config, trainer, progress, journal)
-
-        saved = store.save(trainer.step, write)
-        seconds = time.perf_counter() - started[0] if started else None
-        progress.checkpointed(saved.step, saved.path, saved.sha256, saved.time, seconds)
-        if seconds is not None:
-            board.checkpointed(saved.step, seconds)
+        saved = store.save(trainer.step,
+                           lambda directory: _write(directory, config, trainer, progress, journal))
+        progress.checkpointed(saved.step, saved.path, saved.sha256, saved.time,
+                              saved.write_seconds)
+        if saved.write_seconds is not None:
+            board.checkpointed(saved.step, saved.write_seconds)
         _prune_journal(store, journal)
         return saved
 

@@ -19,8 +19,9 @@ import datetime
 import logging
 import os
 import shutil
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from grpo_operator.api.checkpoint_layout import (
@@ -44,6 +45,9 @@ class SavedCheckpoint:
     path: Path
     sha256: str  # digest of its manifest
     time: datetime.datetime
+    write_seconds: float | None = None
+    """How long writing, sealing and publishing it took, when this ``save`` wrote it (None:
+    the step's checkpoint existed already)."""
 
 
 class CheckpointStore:
@@ -62,11 +66,13 @@ class CheckpointStore:
         """Write step ``step`` with ``write(directory)``, seal, publish, prune.
 
         A verified ``step_N/`` that exists already is kept as it is (e.g. a suspend right
-        after a resume): a checkpoint of a step is never rewritten.
+        after a resume): a checkpoint of a step is never rewritten, and the one returned then
+        has no ``write_seconds``.
         """
         existing = self._written.get(step) or self.verify(step)
         if existing is not None and existing.path.is_dir():
             return existing
+        started = time.perf_counter()
         tmp = Path(self.layout.tmp_dir(step))
         final = self.step_dir(step)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -85,7 +91,7 @@ class CheckpointStore:
         self._written[step] = saved
         self._prune()
         log.info("checkpoint step %d written to %s (sha256 %s)", step, final, saved.sha256)
-        return saved
+        return replace(saved, write_seconds=time.perf_counter() - started)
 
     def _write_latest(self, step: int) -> None:
         latest = Path(self.layout.latest_file)

@@ -91,7 +91,8 @@ class PhaseSeconds(ApiModel):
     sync: NonNegative
     """Putting the new weights into the rollout engines."""
     checkpoint: NonNegative | None = None
-    """Writing the checkpoint of this step; unset when the step wrote none."""
+    """Writing, sealing and publishing the checkpoint of this step; unset when the step wrote
+    none."""
     eval: NonNegative | None = None
     """Evaluating the step's weights on the validation file; unset when none was due."""
     step: NonNegative

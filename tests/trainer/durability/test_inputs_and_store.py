@@ -135,7 +135,9 @@ def test_store_keeps_k_publishes_latest_last_and_skips_what_does_not_verify(tmp_
     manifest = DigestManifest.parse((store.root / "step_6" / DIGEST_MANIFEST_FILE).read_text())
     assert saved[-1].sha256 == manifest.digest and "model/weights.bin" in {
         e.path for e in manifest.entries}
-    assert store.save(6, _write("never written")).sha256 == saved[-1].sha256
+    assert all(s.write_seconds is not None and s.write_seconds >= 0 for s in saved)
+    again = store.save(6, _write("never written"))
+    assert again.sha256 == saved[-1].sha256 and again.write_seconds is None  # not rewritten
 
     # A truncated step_8.tmp (a crash while writing) is never used; a corrupted step_6 is
     # skipped with a warning; step_4 is the one to resume from.
