@@ -151,7 +151,7 @@ def test_driver_job_fails_fast_on_non_retryable_codes(stored):
     assert job["spec"]["backoffLimit"] == 0
     codes, disrupted = job["spec"]["podFailurePolicy"]["rules"]
     assert codes["action"] == "FailJob"
-    assert codes["onExitCodes"]["values"] == [10, 11, 12, 15]
+    assert codes["onExitCodes"]["values"] == [10, 11, 12, 15, 18]
     assert disrupted == {"action": "FailJob", "onPodConditions": [
         {"type": "DisruptionTarget", "status": "True"}]}
     pod = job["spec"]["template"]
