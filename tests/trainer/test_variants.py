@@ -33,12 +33,19 @@ def _vectors(seed: int = 0, b: int = 6, t: int = 7):
 
 # --- the peers' code ------------------------------------------------------------------------
 
-def verl_rloo(scores: torch.Tensor, index: list) -> torch.Tensor:
+def verl_group_means(scores: torch.Tensor, index: list) -> tuple[dict, dict]:
+    """verl's id2score and id2mean (a lone completion's mean is 0), as both estimators build
+    them."""
     id2score: dict = {}
     for i, idx in enumerate(index):
         id2score.setdefault(idx, []).append(scores[i])
     id2mean = {idx: torch.mean(torch.stack(v)) if len(v) > 1 else torch.tensor(0.0)
                for idx, v in id2score.items()}
+    return id2score, id2mean
+
+
+def verl_rloo(scores: torch.Tensor, index: list) -> torch.Tensor:
+    id2score, id2mean = verl_group_means(scores, index)
     scores = scores.clone()
     for i in range(len(scores)):
         response_num = len(id2score[index[i]])
@@ -49,11 +56,7 @@ def verl_rloo(scores: torch.Tensor, index: list) -> torch.Tensor:
 
 
 def verl_reinforce_pp_baseline(scores, response_mask, index):
-    id2score: dict = {}
-    for i, idx in enumerate(index):
-        id2score.setdefault(idx, []).append(scores[i])
-    id2mean = {idx: torch.mean(torch.stack(v)) if len(v) > 1 else torch.tensor(0.0)
-               for idx, v in id2score.items()}
+    _, id2mean = verl_group_means(scores, index)
     scores = scores.clone()
     for i in range(len(scores)):
         scores[i] = scores[i] - id2mean[index[i]]

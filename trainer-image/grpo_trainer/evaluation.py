@@ -19,12 +19,12 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from grpo_operator.api.status import EvalFigures
 from grpo_operator.api.token_budget import EvalSchedule
 from grpo_trainer.data import PromptDataset
+from grpo_trainer.rewards import RewardFn
 from grpo_trainer.rollout.engine import SamplingSettings
 
 PASS_REWARD = 1.0
@@ -58,7 +58,7 @@ class Evaluation:
 
 
 class Evaluator:
-    def __init__(self, dataset: PromptDataset, reward_fn: Callable[[str, str], float],
+    def __init__(self, dataset: PromptDataset, reward_fn: RewardFn,
                  schedule: EvalSchedule, samples: int, sampling: SamplingSettings, seed: int):
         self.rows = dataset.rows
         self.reward_fn = reward_fn
@@ -69,8 +69,7 @@ class Evaluator:
         self.seeds = [base + i * samples for i in range(len(self.rows))]
 
     @classmethod
-    def for_spec(cls, spec, dataset: PromptDataset,
-                 reward_fn: Callable[[str, str], float]) -> Evaluator | None:
+    def for_spec(cls, spec, dataset: PromptDataset, reward_fn: RewardFn) -> Evaluator | None:
         """The evaluator of a ``GRPORunSpec`` on its loaded validation ``dataset`` (None: the
         spec has no validation file)."""
         schedule = EvalSchedule.of(spec)

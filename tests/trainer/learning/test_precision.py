@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from grpo_operator.api.spec import GRPORunSpec
+from grpo_operator.api.training import LearnerDType, RolloutSpec
 from grpo_trainer import toy
 from grpo_trainer.algorithm_settings import AlgorithmSettings
 from grpo_trainer.learner.actor import LearnerSettings
@@ -20,7 +21,8 @@ from grpo_trainer.rewards.char_fraction import CharFractionReward
 
 from .conftest import max_diff
 
-BF16_BOUND = 0.1  # rollout.maxLogprobMismatch's default for a bfloat16 learner
+# rollout.maxLogprobMismatch's default for a bfloat16 learner against a float32 engine
+BF16_BOUND = RolloutSpec(dtype="float32").logprob_mismatch_limit(1.0, LearnerDType.BFLOAT16)
 
 
 def _on_rank(learners, probe):
