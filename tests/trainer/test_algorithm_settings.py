@@ -1,6 +1,7 @@
 import pytest
 
 from grpo_trainer.algorithm_settings import CRD_KEYS, AlgorithmSettings
+from grpo_trainer.rollout_correction import RolloutCorrection
 
 
 def test_from_algorithm_maps_every_crd_key():
@@ -20,6 +21,8 @@ def test_from_algorithm_maps_every_crd_key():
         "overlongBufferTokens": 64,
         "overlongPenaltyFactor": 0.5,
         "maxResponseTokens": 256,
+        "entropyCoef": 0.01,
+        "rolloutCorrection": {"level": "sequence", "mode": "mask", "ratioMax": 3.0},
         "groupSize": 8,  # owned elsewhere: ignored
         "learningRate": None,
     }
@@ -41,6 +44,8 @@ def test_from_algorithm_maps_every_crd_key():
         overlong_buffer_tokens=64,
         overlong_penalty_factor=0.5,
         max_response_tokens=256,
+        entropy_coef=0.01,
+        rollout_correction=RolloutCorrection("sequence", "mask", 3.0),
     )
 
 

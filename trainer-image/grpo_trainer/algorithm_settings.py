@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_trainer.rollout_correction import RolloutCorrection
+
 KL_ESTIMATORS = ("k1", "k2", "k3")
 ADVANTAGE_ESTIMATORS = ("grpo", "rloo", "reinforce++-baseline")
 ADVANTAGE_STD_SCOPES = ("group", "batch")
@@ -39,7 +41,9 @@ CRD_KEYS = {
     "overlongPenaltyFactor": "overlong_penalty_factor",
     "maxResponseTokens": "max_response_tokens",
     "temperature": "temperature",
+    "entropyCoef": "entropy_coef",
 }
+ROLLOUT_CORRECTION_KEY = "rolloutCorrection"  # a section of its own (``RolloutCorrection``)
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,9 @@ class AlgorithmSettings:
     mask_truncated_completions, overlong_buffer_tokens, overlong_penalty_factor: DAPO's length
         pieces (``batch``); max_response_tokens: the length they measure against.
     temperature: the sampling temperature; logits are divided by it wherever logprobs are taken.
+    entropy_coef: weight of the entropy bonus subtracted from the loss (0: none).
+    rollout_correction: importance weights between the engine and the learner
+        (``rollout_correction``; off here as in verl, on in the CRD's default).
     """
 
     kl_coef: float = 0.001
@@ -75,6 +82,8 @@ class AlgorithmSettings:
     overlong_buffer_tokens: int | None = None
     overlong_penalty_factor: float = 1.0
     max_response_tokens: int = 1024
+    entropy_coef: float = 0.0
+    rollout_correction: RolloutCorrection = RolloutCorrection()
 
     def __post_init__(self) -> None:
         if not self.kl_coef >= 0:
@@ -104,6 +113,8 @@ class AlgorithmSettings:
                 raise ValueError(f"{key} must be one of {allowed}, got {value!r}")
         if self.policy_loss == "gspo" and self.loss_aggregation != "seq-mean-token-mean":
             raise ValueError("policyLoss gspo needs lossAggregation seq-mean-token-mean")
+        if not self.entropy_coef >= 0:
+            raise ValueError(f"entropyCoef must be >= 0, got {self.entropy_coef}")
         buffer = self.overlong_buffer_tokens
         if buffer is not None and not 0 < buffer <= self.max_response_tokens:
             raise ValueError(f"overlongBufferTokens must be in (0, maxResponseTokens], got "
@@ -121,4 +132,7 @@ class AlgorithmSettings:
             for key, field in CRD_KEYS.items()
             if algorithm.get(key) is not None
         }
+        if algorithm.get(ROLLOUT_CORRECTION_KEY) is not None:
+            kwargs["rollout_correction"] = RolloutCorrection.from_spec(
+                algorithm[ROLLOUT_CORRECTION_KEY])
         return cls(**kwargs)

@@ -81,7 +81,7 @@ class Evaluator:
         sampling = SamplingSettings(
             group_size=a.eval_samples, max_tokens=a.max_response_tokens,
             temperature=GREEDY_TEMPERATURE if greedy else a.temperature,
-            top_p=1.0 if greedy else a.top_p)
+            top_p=1.0 if greedy else a.top_p, top_k=None if greedy else a.top_k)
         return cls(PromptDataset(rows, dataset.dropped_too_long), reward_fn, schedule,
                    a.eval_samples, sampling, a.seed)
 

@@ -9,8 +9,9 @@ For logits z (already shifted so that ``logits[b, t]`` is the distribution that 
 Memory: the (B, T, V) logits are never copied whole. The sequence axis is walked in chunks of
 about ``chunk_tokens`` tokens; only one chunk is upcast (bf16/fp16 -> fp32; fp64 stays fp64) at a
 time. When a gradient is needed, each chunk runs under activation checkpointing, so backward
-recomputes the chunk's fp32 copy instead of keeping every chunk's alive. Entropy is a metric:
-it is computed without gradient.
+recomputes the chunk's fp32 copy instead of keeping every chunk's alive. Entropy is a metric,
+computed without gradient, unless the caller asks for its gradient (an entropy bonus in the
+loss): then it is computed with the logprobs, under the same checkpoint.
 """
 
 from __future__ import annotations
@@ -37,6 +38,15 @@ def _chunk_logprobs(logits: Tensor, labels: Tensor, temperature: float) -> Tenso
     z = _scaled(logits, temperature)  # (B, c, V)
     picked = z.gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # (B, c)
     return picked - torch.logsumexp(z, dim=-1)
+
+
+def _chunk_logprobs_entropy_grad(logits: Tensor, labels: Tensor,
+                                 temperature: float) -> tuple[Tensor, Tensor]:
+    """(B, c, V), (B, c) -> logprobs (B, c), entropy (B, c), both differentiable."""
+    z = _scaled(logits, temperature)  # (B, c, V)
+    lse = torch.logsumexp(z, dim=-1)  # (B, c)
+    logprobs = z.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse
+    return logprobs, lse - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
 
 
 @torch.no_grad()
@@ -98,8 +108,10 @@ def logprobs_and_entropy(
     temperature: float = 1.0,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     with_entropy: bool = True,
+    entropy_grad: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """Logprobs of ``labels`` and (detached) entropy of each position's distribution.
+    """Logprobs of ``labels`` and entropy of each position's distribution, detached unless
+    ``entropy_grad`` (and a gradient is being recorded).
 
     Same arguments as ``token_logprobs``; returns ``(logprobs (B, T), entropy (B, T) or None)``.
     """
@@ -109,7 +121,12 @@ def logprobs_and_entropy(
     logprob_chunks, entropy_chunks = [], []
     for span in _chunks(logits, chunk_tokens):
         chunk, chunk_labels = logits[:, span], labels[:, span]  # (B, c, V), (B, c): views
-        if needs_grad:
+        if needs_grad and with_entropy and entropy_grad:
+            lp, ent = checkpoint(_chunk_logprobs_entropy_grad, chunk, chunk_labels, temperature,
+                                 use_reentrant=False)
+            logprob_chunks.append(lp)
+            entropy_chunks.append(ent)
+        elif needs_grad:
             logprob_chunks.append(
                 checkpoint(_chunk_logprobs, chunk, chunk_labels, temperature, use_reentrant=False)
             )

@@ -62,8 +62,7 @@ def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner
     from grpo_trainer.trainer import Trainer, TrainerConfig
 
     algorithm, rollout, resources = spec.algorithm, spec.rollout, spec.resources
-    config = TrainerConfig.from_algorithm(
-        algorithm, rollout.logprob_mismatch_limit(algorithm.top_p, spec.learner.dtype))
+    config = TrainerConfig.from_spec(spec)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     dataset = load_prompts(train_file, tokenizer, algorithm.max_prompt_tokens)
     if dataset.dropped_too_long:

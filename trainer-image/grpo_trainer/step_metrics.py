@@ -53,6 +53,12 @@ class StepMetrics:
     time_update_s: float  # forward/backward passes and optimizer steps
     time_sync_s: float
     time_step_s: float
+    mismatch_kl: float | None = None  # k3 KL(engine || learner) per token (rollout_correction)
+    # The rollout correction's (None when it is off): mean importance weight, its effective
+    # sample size, tokens whose ratio fell outside the bounds.
+    is_weight_mean: float | None = None
+    is_effective_sample_size: float | None = None
+    is_outside_fraction: float | None = None
     prompt_indices: tuple[int, ...] = ()  # the sampled dataset rows (sampler order)
     scores: tuple[float, ...] = ()  # every completion's reward, group by group
     evaluation: Evaluation | None = None
@@ -81,6 +87,10 @@ class StepMetrics:
             response_length_max=self.response_length_max,
             truncated_fraction=_share(self.truncated_fraction),
             skipped_updates=self.skipped_steps,
+            mismatch_kl=None if self.mismatch_kl is None else max(0.0, self.mismatch_kl),
+            importance_weight_mean=self.is_weight_mean,
+            effective_sample_size=_optional_share(self.is_effective_sample_size),
+            correction_outside_fraction=_optional_share(self.is_outside_fraction),
             seconds=PhaseSeconds(
                 generate=self.time_generate_s, reward=self.time_reward_s,
                 old_logprobs=self.time_old_logprobs_s, ref_logprobs=self.time_ref_logprobs_s,
@@ -103,9 +113,15 @@ class StepMetrics:
             f"tok/s {self.tokens_per_second:.0f} "
             f"time gen {self.time_generate_s:.2f}s learn {self.time_learn_s:.2f}s "
             f"sync {self.time_sync_s:.2f}s mismatch {self.logprob_mismatch:.2e}"
+            + (f" is-weight {self.is_weight_mean:.3f}" if self.is_weight_mean is not None
+               else "")
             + (f" skipped {self.skipped_steps}" if self.skipped_steps else "")
         )
 
 
 def _share(value: float) -> float:
     return min(1.0, max(0.0, value))
+
+
+def _optional_share(value: float | None) -> float | None:
+    return None if value is None else _share(value)

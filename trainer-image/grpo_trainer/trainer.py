@@ -49,7 +49,7 @@ MAX_AUTO_MICRO_BATCH = 16
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    """The loop's settings, from ``spec.algorithm`` (``from_algorithm``)."""
+    """The loop's settings, from the run's spec (``from_spec``)."""
 
     max_steps: int
     group_size: int
@@ -60,16 +60,17 @@ class TrainerConfig:
     max_grad_norm: float
     max_response_tokens: int
     top_p: float
+    top_k: int | None
     seed: int
     algorithm: AlgorithmSettings
     max_logprob_mismatch: float | None = None  # the parity guard's limit; None: no guard
 
     @classmethod
-    def from_algorithm(
-        cls, algorithm: Any, max_logprob_mismatch: float | None = None
-    ) -> TrainerConfig:
-        """From the contract's ``AlgorithmSpec`` (``grpo_operator.api.training``) and the
-        parity guard's limit (``RolloutSpec.logprob_mismatch_limit``)."""
+    def from_spec(cls, spec: Any) -> TrainerConfig:
+        """From the contract's ``GRPORunSpec`` (``grpo_operator.api.spec``): its algorithm and
+        the parity guard's limit for its sampling, engine and learner
+        (``RolloutSpec.logprob_mismatch_limit``)."""
+        algorithm = spec.algorithm
         step_sequences = algorithm.prompts_per_step * algorithm.group_size
         return cls(
             max_steps=algorithm.max_steps,
@@ -81,11 +82,13 @@ class TrainerConfig:
             max_grad_norm=algorithm.max_grad_norm,
             max_response_tokens=algorithm.max_response_tokens,
             top_p=algorithm.top_p,
+            top_k=algorithm.top_k,
             seed=algorithm.seed,
             algorithm=AlgorithmSettings.from_algorithm(
                 algorithm.model_dump(by_alias=True, mode="json")
             ),
-            max_logprob_mismatch=max_logprob_mismatch,
+            max_logprob_mismatch=spec.rollout.logprob_mismatch_limit(
+                algorithm.top_p, spec.learner.dtype, algorithm.top_k),
         )
 
     def update_plan(self, world_size: int) -> UpdatePlan:
@@ -155,6 +158,7 @@ class Trainer:
             max_tokens=config.max_response_tokens,
             temperature=config.algorithm.temperature,
             top_p=config.top_p,
+            top_k=config.top_k,
         )
         self.step = 0  # optimizer steps completed (the weights' version)
         self.weights = WeightChannel(learners, engines)
@@ -330,6 +334,10 @@ class Trainer:
             time_update_s=learn["time_update_s"],
             time_sync_s=sync_s,
             time_step_s=t4 - t0,
+            mismatch_kl=learn.get("mismatch_kl"),
+            is_weight_mean=learn.get("is_weight_mean"),
+            is_effective_sample_size=learn.get("is_effective_sample_size"),
+            is_outside_fraction=learn.get("is_outside_fraction"),
             prompt_indices=indices,
             scores=tuple(float(x) for x in scores.tolist()),
             evaluation=evaluation,

@@ -44,6 +44,8 @@ HISTORY = {
            "advantageStdScope, policyLoss, maskTruncatedCompletions, overlongBufferTokens, "
            "overlongPenaltyFactor, clipRatioHigh up to 10; evaluation figures and "
            "tokens in the report's ledger; lastStep.seconds.eval; exit code 18",
+    "1.2": "algorithm.rolloutCorrection, entropyCoef, topK; lastStep.mismatchKl, "
+           "importanceWeightMean, effectiveSampleSize, correctionOutsideFraction",
 }
 
 

@@ -132,6 +132,17 @@ class StepFigures(ApiModel):
     """Completions cut at maxResponseTokens."""
     skipped_updates: Count
     """Optimizer updates dropped for a non-finite gradient."""
+    mismatch_kl: NonNegative | None = None
+    """k3 estimate of KL(engine || learner) per response token: how far the distribution the
+    engine sampled from is from the learner's (topP/topK sampling, dtype, kernels)."""
+    importance_weight_mean: NonNegative | None = None
+    """The rollout correction's mean importance weight per response token (unset: the
+    correction is off)."""
+    effective_sample_size: Fraction | None = None
+    """The rollout correction's effective sample size, mean(w)^2 / mean(w^2)."""
+    correction_outside_fraction: Fraction | None = None
+    """Response tokens whose importance ratio fell outside [ratioMin, ratioMax] (truncated or
+    masked, as rolloutCorrection.mode says)."""
     seconds: PhaseSeconds
     """Where the step's time went."""
 

@@ -51,6 +51,43 @@ class PolicyLoss(StrEnum):
     CISPO = "cispo"
 
 
+class CorrectionLevel(StrEnum):
+    """Where the rollout correction's importance ratio is taken (docs/algorithm.md)."""
+
+    TOKEN = "token"
+    SEQUENCE = "sequence"
+    NONE = "none"
+
+
+class CorrectionMode(StrEnum):
+    """What happens to a ratio outside [ratioMin, ratioMax]."""
+
+    TRUNCATE = "truncate"
+    MASK = "mask"
+
+
+class RolloutCorrectionSpec(ApiModel):
+    """Importance weights between the engine that sampled a step and the learner's policy
+    before the step (verl's rollout correction, TRL's vLLM importance sampling): each token's
+    policy loss is multiplied by w = pi_old / pi_engine, taken per token or per sequence, and
+    bounded. The engine's probabilities differ from the learner's by its sampling (topP, topK:
+    the engine samples from a truncated distribution), its dtype and its kernels."""
+
+    level: CorrectionLevel = CorrectionLevel.TOKEN
+    """`token`: each token's own ratio (truncated IS, biased, low variance; verl's
+    rollout_is token); `sequence`: the product of the sequence's token ratios on every token
+    (verl's rollout_is sequence); `none`: no correction (the loss as without this section)."""
+    mode: CorrectionMode = CorrectionMode.TRUNCATE
+    """`truncate`: a ratio outside [ratioMin, ratioMax] is clipped to the bound (TIS);
+    `mask`: its token (or, at level sequence, its whole sequence) gets weight 0 (rejection,
+    TRL's *_mask modes)."""
+    ratio_max: StrictFloat = Field(default=2.0, gt=1, le=1e6)
+    """The upper bound (verl's rollout_is_threshold, default 2; TRL's
+    vllm_importance_sampling_clip_max, default 3)."""
+    ratio_min: StrictFloat | None = Field(default=None, gt=0, lt=1)
+    """The lower bound; unset: none (a weight may approach 0)."""
+
+
 def _step_sequences(a: AlgorithmSpec) -> int:
     return a.prompts_per_step * a.group_size
 
@@ -125,6 +162,12 @@ class AlgorithmSpec(ApiModel):
     clipRatioLow 3e-4, clipRatioHigh 4e-4; needs lossAggregation seq-mean-token-mean);
     `cispo`: the token ratio capped at 1 + clipRatioHigh and detached, weighting the
     log-probability (no token loses its gradient)."""
+    rollout_correction: RolloutCorrectionSpec = Field(default_factory=RolloutCorrectionSpec)
+    """Importance weights for the gap between the engine's sampling and the learner (on by
+    default: token level, truncated at 2)."""
+    entropy_coef: StrictFloat = Field(default=0.0, ge=0, le=10)
+    """Weight of an entropy bonus: the loss subtracts entropyCoef x the policy's per-token
+    entropy, aggregated like the policy loss (verl's entropy_coeff). 0: none."""
     max_prompt_tokens: StrictInt = Field(default=512, ge=1, le=1_048_576)
     """Longer prompts are filtered out of the dataset."""
     max_response_tokens: StrictInt = Field(default=1024, ge=1, le=1_048_576)
@@ -133,6 +176,8 @@ class AlgorithmSpec(ApiModel):
     """Sampling temperature; logits are divided by it wherever logprobs are computed."""
     top_p: StrictFloat = Field(default=1.0, gt=0, le=1)
     """Nucleus sampling probability mass."""
+    top_k: StrictInt | None = Field(default=None, ge=1, le=1_048_576)
+    """Sample among the k most likely tokens only. Unset: all tokens."""
     seed: StrictInt = Field(default=0, ge=0, le=2_147_483_647)
     """Seed of the prompt sampler, the sampling and the initialisation of everything random."""
     eval_interval_steps: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
@@ -263,16 +308,18 @@ class RolloutSpec(ApiModel):
     stale or broken weight sync). Unset: 1e-3 with dtype float32 and a float32 learner, 0.1
     otherwise (bf16 and fp16 engines or learners differ from float32 by a few hundredths per
     token); and no guard when
-    algorithm.topP < 1, where the engine's logprobs are those of the nucleus it sampled from
-    and differ from the learner's by design (set it to guard anyway)."""
+    algorithm.topP < 1 or topK is set, where the engine's logprobs are those of the truncated
+    distribution it sampled from and differ from the learner's by design (set it to guard
+    anyway)."""
 
     def logprob_mismatch_limit(self, top_p: float,
-                               learner: LearnerDType = LearnerDType.FLOAT32) -> float | None:
-        """The parity guard's threshold for sampling at ``top_p`` against a ``learner``
-        computing in that dtype (None: no guard; see max_logprob_mismatch)."""
+                               learner: LearnerDType = LearnerDType.FLOAT32,
+                               top_k: int | None = None) -> float | None:
+        """The parity guard's threshold for sampling at ``top_p`` and ``top_k`` against a
+        ``learner`` computing in that dtype (None: no guard; see max_logprob_mismatch)."""
         if self.max_logprob_mismatch is not None:
             return self.max_logprob_mismatch
-        if top_p < 1:
+        if top_p < 1 or top_k is not None:
             return None
         exact = self.dtype == RolloutDType.FLOAT32 and learner == LearnerDType.FLOAT32
         return 1e-3 if exact else 0.1

@@ -114,9 +114,7 @@ def run_attempt(tiny_dirs, engines) -> Callable[..., Outcome]:
         def start(**trainer_options):
             trainer_options["after_step"] = [*trainer_options["after_step"],
                                              lambda trainer, metrics: steps.append(metrics)]
-            settings = TrainerConfig.from_algorithm(spec.algorithm,
-                                                    spec.rollout.logprob_mismatch_limit(
-                                                        spec.algorithm.top_p, spec.learner.dtype))
+            settings = TrainerConfig.from_spec(spec)
             tokenizer = AutoTokenizer.from_pretrained(config.paths.model_dir)
             dataset = load_prompts(config.paths.train_file, tokenizer,
                                    spec.algorithm.max_prompt_tokens)

@@ -95,8 +95,7 @@ def make_trainer(tiny_dirs, engines, make_learners) -> Callable:
     def make(reward_fn, world_size: int = 1, learner: dict | None = None, **algorithm):
         doc = toy.tiny_spec(tiny_dirs["model"], tiny_dirs["data"], tiny_dirs["root"], **algorithm)
         spec = GRPORunSpec.model_validate(doc | {"learner": learner or {}})
-        config = TrainerConfig.from_algorithm(spec.algorithm, spec.rollout.logprob_mismatch_limit(
-            spec.algorithm.top_p, spec.learner.dtype))
+        config = TrainerConfig.from_spec(spec)
         tokenizer = AutoTokenizer.from_pretrained(tiny_dirs["model"])
         dataset = load_prompts(
             tiny_dirs["data"] / "train.parquet", tokenizer, spec.algorithm.max_prompt_tokens

@@ -105,6 +105,15 @@ STEP_FIGURES: tuple[tuple[str, str, Callable[[StepFigures], float | None]], ...]
      "maxResponseTokens.", lambda f: f.truncated_fraction),
     ("skipped_updates", "Optimizer updates of the last step dropped for a non-finite "
      "gradient.", lambda f: f.skipped_updates),
+    ("mismatch_kl", "KL estimate (k3) between the engine's sampling distribution and the "
+     "learner's in the last step.", lambda f: f.mismatch_kl),
+    ("importance_weight_mean", "Mean rollout-correction importance weight per response token "
+     "in the last step.", lambda f: f.importance_weight_mean),
+    ("effective_sample_size_ratio", "Effective sample size of the last step's rollout-"
+     "correction weights, mean(w)^2 / mean(w^2).", lambda f: f.effective_sample_size),
+    ("correction_outside_ratio", "Share of the last step's response tokens whose importance "
+     "ratio fell outside the rollout correction's bounds.",
+     lambda f: f.correction_outside_fraction),
 )
 CLIP_BOUNDS = {"high": "clip_fraction_high", "low": "clip_fraction_low",
                "dual": "dual_clip_fraction"}

@@ -15,6 +15,7 @@ def response_logprobs(
     response_width: int,
     temperature: float,
     with_entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Logprobs (and entropy) of the last ``response_width`` tokens of each row.
 
@@ -36,7 +37,8 @@ def response_logprobs(
     ).logits  # (B, L, V)
     logits = logits[:, -response_width - 1 : -1]  # (B, Tr, V): position t predicts token t+1
     labels = input_ids[:, -response_width:]  # (B, Tr)
-    return logprobs_and_entropy(logits, labels, temperature, with_entropy=with_entropy)
+    return logprobs_and_entropy(logits, labels, temperature, with_entropy=with_entropy,
+                                entropy_grad=entropy_grad)
 
 
 @torch.no_grad()

@@ -7,7 +7,10 @@ finite, in which case the gradients are dropped and the update is counted as ski
 sees the same reduced norm, so all ranks skip together).
 
 Metrics follow ``grpo_loss``'s rule: per mini-batch the shares are summed over micro-batches and
-ranks; the step's value is the mean over its mini-batches.
+ranks; the step's value is the mean over its mini-batches. The rollout correction's importance
+weights are taken per micro-batch from its old-policy and engine logprobs (row-local, so the
+split changes nothing); its effective sample size comes from the step's mean weight and mean
+squared weight.
 
 The parity guard: ``logprob_mismatch``, the mean |old-policy − engine| logprob per response
 token over all ranks, is checked against ``plan.max_logprob_mismatch`` before the step's first
@@ -31,6 +34,7 @@ from grpo_trainer.algorithm_settings import AlgorithmSettings
 from grpo_trainer.learner.forward import response_logprobs
 from grpo_trainer.learner.parallel import DataParallel
 from grpo_trainer.loss import grpo_loss
+from grpo_trainer.rollout_correction import effective_sample_size
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,7 @@ def update_policy(
                     width,
                     settings.temperature,
                     with_entropy=True,
+                    entropy_grad=settings.entropy_coef > 0,
                 )  # (b, Tr) each
                 old_log_prob = micro.get("old_log_prob", log_prob.detach())
                 mask = micro["response_mask"].bool()
@@ -144,6 +149,7 @@ def update_policy(
                     settings,
                     ref_log_prob=micro.get("ref_log_prob"),
                     entropy=entropy,
+                    engine_log_prob=micro["engine_log_prob"],
                 )
                 (loss * dp.loss_scale).backward()
                 for key, value in metrics.items():
@@ -174,6 +180,9 @@ def update_policy(
             sums["grad_norm"] = sums.get("grad_norm", 0.0) + grad_norm
     steps = updates + skipped
     out = {key: value / steps for key, value in sums.items()}
+    if "is_weight_sq_mean" in out:
+        out["is_effective_sample_size"] = effective_sample_size(
+            out["is_weight_mean"], out.pop("is_weight_sq_mean"))
     out["max_abs_log_ratio"] = float(dp.all_reduce_max(max_log_ratio))
     out["logprob_mismatch"] = mismatch
     out["optimizer_steps"] = float(updates)

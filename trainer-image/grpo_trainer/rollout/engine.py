@@ -19,6 +19,7 @@ from grpo_trainer.batch import Completion
 from grpo_trainer.rollout.weight_sync import EXTENSION_CLS
 from grpo_trainer.rollout.weight_transport import GroupAddress, node_ip
 
+ALL_TOKENS = 0  # vLLM's top_k that keeps every token
 # KV cache of a CPU engine (vLLM's CPU default is a share of the machine's memory).
 CPU_KV_CACHE_BYTES = 256 * 2**20
 
@@ -41,12 +42,14 @@ class EngineSettings:
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """Per-step sampling: the algorithm's groupSize, temperature, topP and maxResponseTokens."""
+    """Per-step sampling: the algorithm's groupSize, temperature, topP, topK and
+    maxResponseTokens."""
 
     group_size: int
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int | None = None  # None: every token
 
 
 class RolloutEngine:
@@ -97,6 +100,7 @@ class RolloutEngine:
                 n=n,
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
+                top_k=sampling.top_k or ALL_TOKENS,
                 max_tokens=sampling.max_tokens,
                 logprobs=0,
                 seed=seed,
