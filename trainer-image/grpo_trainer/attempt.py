@@ -21,7 +21,8 @@ Checkpoint contents (``step_N/``, sealed by ``checkpoint.CheckpointStore``): ``m
 directory), ``learner/rank_<r>.pt`` (optimizer + RNG per rank), ``trainer.json`` (step, sampler,
 driver RNG), ``ledgers.json`` (``cost``: the report's ledger; ``rollout``: the rollout-ledger
 state, validated strictly on load), ``run-config.json`` (the attempt's run config, a record).
-Beside the checkpoints: the rollout journal and the TensorBoard event files (``board``).
+Beside the checkpoints: the rollout journal and the TensorBoard event files (``board``); W&B
+and MLflow get the same records when the environment asks for them (``trackers``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from grpo_trainer.progress import RunProgress, replace_dir
 from grpo_trainer.reporting import Reporter
 from grpo_trainer.signals import StopRequest
 from grpo_trainer.sync_errors import WeightSyncIncompleteError, WeightSyncMismatchError
+from grpo_trainer.trackers import Sinks, TrackerUnavailableError, enabled_trackers
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +106,13 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
     if refusal:
         return _fail(progress, Reason.BUDGET_EXHAUSTED, refusal, ExitCode.BUDGET_EXHAUSTED)
 
-    # 4. Train.
-    board = TrainingBoard(Path(store.layout.tensorboard_dir), first_step=step + 1)
+    # 4. Train; the board writes TensorBoard's records, and W&B's and MLflow's if the env asks.
+    try:
+        trackers = enabled_trackers(config)
+    except TrackerUnavailableError as err:
+        return _fail(progress, Reason.INVALID_INPUT, str(err), ExitCode.INVALID_INPUT)
+    board = Sinks(TrainingBoard(Path(store.layout.tensorboard_dir), first_step=step + 1),
+                  trackers)
 
     def save(trainer) -> SavedCheckpoint:
         progress.doing(TrainerActivity.CHECKPOINTING)

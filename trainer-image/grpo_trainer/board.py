@@ -14,6 +14,9 @@ from pathlib import Path
 from grpo_operator.api.report import StepFigures
 from grpo_trainer.step_metrics import StepMetrics
 
+CHECKPOINT_TAG = "seconds/checkpoint"
+"""The checkpoint's write time, at the steps that wrote one (``checkpointed``)."""
+
 
 def scalars(metrics: StepMetrics, figures: StepFigures | None) -> dict[str, float]:
     """A step's TensorBoard tags and values: rewards, KL and throughput from the step's
@@ -51,7 +54,7 @@ class TrainingBoard:
         self._writer.flush()
 
     def checkpointed(self, step: int, seconds: float) -> None:
-        self._writer.add_scalar("seconds/checkpoint", seconds, step)
+        self._writer.add_scalar(CHECKPOINT_TAG, seconds, step)
         self._writer.flush()
 
     def close(self) -> None:
