@@ -37,7 +37,8 @@ DRIVER_METRICS = {f"grpo_trainer_{name}" for name in (
     "clipped_tokens_ratio", "logprob_mismatch", "response_length_mean_tokens",
     "response_length_max_tokens", "truncated_responses_ratio", "phase_seconds", "state",
     "activity", "generated_tokens_total", "prompt_tokens_total", "eval_pass_at_1_ratio",
-    "eval_reward_mean", "eval_generated_tokens_total")}
+    "eval_reward_mean", "eval_generated_tokens_total", "mismatch_kl", "importance_weight_mean",
+    "effective_sample_size_ratio", "correction_outside_ratio")}
 PER_RUN = OPERATOR_RUN_GAUGES | DRIVER_METRICS
 METRICS = (OPERATOR_GAUGES | OPERATOR_COUNTERS | PER_RUN
            | {h + suffix for h in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")})
