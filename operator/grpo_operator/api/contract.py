@@ -45,7 +45,9 @@ HISTORY = {
            "overlongPenaltyFactor, clipRatioHigh up to 10; evaluation figures and "
            "tokens in the report's ledger; lastStep.seconds.eval; exit code 18",
     "1.2": "algorithm.rolloutCorrection, entropyCoef, topK; lastStep.mismatchKl, "
-           "importanceWeightMean, effectiveSampleSize, correctionOutsideFraction",
+           "importanceWeightMean, effectiveSampleSize, correctionOutsideFraction; reward python "
+           "and http (reward.python, http, timeoutSeconds, concurrency; paths.rewardFile; "
+           "inputs.reward); lastStep.rewardErrors, rewardTimeouts, rewardInvalid",
 }
 
 

@@ -16,6 +16,7 @@ from grpo_operator.api.base import (
     Rule,
     Sha256,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StrictStr,
 )
@@ -98,12 +99,74 @@ class DatasetSource(ApiModel):
 
 
 class RewardName(StrEnum):
-    """A built-in verifiable reward."""
+    """A built-in verifiable reward, or one of the user's own (`python`, `http`)."""
 
     GSM8K = "gsm8k"
     MATH_BOXED = "math_boxed"
     EXACT_MATCH = "exact_match"
     REGEX = "regex"
+    PYTHON = "python"
+    HTTP = "http"
+
+
+REWARD_MOUNT = "/reward"
+"""Where a python reward's ConfigMap is mounted (read-only) in the Ray pods."""
+_CONFIG_MAP_KEY = r"^[-._a-zA-Z0-9]+$"
+_PYTHON_IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_HTTP_URL = r"^https?://[^\s/$.?#][^\s]*$"
+
+
+class PythonRewardSource(ApiModel):
+    """The user's reward function: `function(completion, ground_truth, extra) -> float`, in a
+    Python file from a ConfigMap or on the dataset volume. `extra` is a dict with the row's
+    `data_source`. It runs in worker processes beside the trainer, each call bounded by
+    reward.timeoutSeconds: a call that raises, times out or returns anything but a finite
+    number scores 0 and is counted in the step's figures. The file is a frozen input: its
+    digest is recorded by the first attempt and must not change."""
+
+    config_map: DNSSubdomain | None = None
+    """A ConfigMap in the run's namespace holding the file under `key`; mounted read-only into
+    the Ray pods at /reward."""
+    key: StrictStr = Field(default="reward.py", min_length=1, max_length=253,
+                           pattern=_CONFIG_MAP_KEY)
+    """The ConfigMap's key holding the file."""
+    path: RelativePath | None = None
+    """Or: the file on the dataset volume, relative to its root."""
+    function: StrictStr = Field(default="score", min_length=1, max_length=128,
+                                pattern=_PYTHON_IDENTIFIER)
+    """The function's name in the file."""
+    sha256: Sha256 | None = None
+    """sha256 of the file's digest manifest (`python -m grpo_trainer digest DIR FILE`): when set,
+    the trainer refuses to start on any other file."""
+
+    RULES = (
+        Rule(
+            cel="has(self.configMap) != has(self.path)",
+            message="exactly one of configMap or path must be set",
+            check=lambda p: (p.config_map is None) != (p.path is None),
+        ),
+    )
+
+    def file_path(self, data_mount: str) -> str:
+        """Where the trainer finds the file in the Ray pods."""
+        if self.config_map is not None:
+            return f"{REWARD_MOUNT}/{self.key}"
+        return f"{data_mount}/{self.path}"
+
+
+class HttpRewardEndpoint(ApiModel):
+    """A remote verifier (an in-cluster reward server): the trainer POSTs
+    `{"items": [{"completion", "groundTruth", "dataSource"}, ...]}` and reads
+    `{"scores": [float, ...]}`, one score per item, in order. A request that fails (connection,
+    HTTP status >= 500 or 429, timeout) is retried with exponential backoff; what still fails,
+    and any item whose score is not a finite number, scores 0 and is counted."""
+
+    url: StrictStr = Field(min_length=1, max_length=2048, pattern=_HTTP_URL)
+    """The endpoint, http:// or https://."""
+    batch_size: StrictInt = Field(default=16, ge=1, le=4096)
+    """Items per request."""
+    max_retries: StrictInt = Field(default=3, ge=0, le=10)
+    """Retries of a failed request (backoff 0.5 s, doubling)."""
 
 
 _GROUP_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -130,7 +193,7 @@ class RewardSpec(ApiModel):
     name: RewardName
     """`gsm8k` (the number after `####`, or the last number), `math_boxed` (the last
     `\\boxed{...}`, normalised), `exact_match` (the whole response), `regex` (a named group of
-    `pattern`)."""
+    `pattern`), `python` (your function, see `python`), `http` (your server, see `http`)."""
     case_sensitive: StrictBool | None = None
     """exact_match only: compare case-sensitively (the reward's default: true)."""
     strip: StrictBool | None = None
@@ -142,8 +205,38 @@ class RewardSpec(ApiModel):
     compile is refused when the operator accepts the run (Accepted=False)."""
     group: StrictStr | None = Field(default=None, max_length=64, pattern=_GROUP_NAME)
     """regex only: the named group holding the answer (default: `answer`)."""
+    python: PythonRewardSource | None = None
+    """python only, required there: the file and function."""
+    http: HttpRewardEndpoint | None = None
+    """http only, required there: the endpoint."""
+    timeout_seconds: StrictFloat | None = Field(default=None, gt=0, le=3600)
+    """python and http only: the bound on one call (python) or one request (http); default
+    10."""
+    concurrency: StrictInt | None = Field(default=None, ge=1, le=256)
+    """python and http only: worker processes (python) or requests in flight (http); default
+    4."""
 
     RULES = (
+        Rule(
+            cel="(self.name == 'python') == has(self.python)",
+            message="python is required for the python reward and allowed only there",
+            check=lambda r: (r.name == RewardName.PYTHON) == (r.python is not None),
+            field_path=".python",
+        ),
+        Rule(
+            cel="(self.name == 'http') == has(self.http)",
+            message="http is required for the http reward and allowed only there",
+            check=lambda r: (r.name == RewardName.HTTP) == (r.http is not None),
+            field_path=".http",
+        ),
+        Rule(
+            cel="self.name in ['python', 'http'] || "
+            "(!has(self.timeoutSeconds) && !has(self.concurrency))",
+            message="timeoutSeconds and concurrency are allowed only for the python and http "
+            "rewards",
+            check=lambda r: r.name in (RewardName.PYTHON, RewardName.HTTP)
+            or (r.timeout_seconds is None and r.concurrency is None),
+        ),
         Rule(
             cel="self.name == 'regex' ? has(self.pattern) : !has(self.pattern)",
             message="pattern is required for the regex reward and allowed only there",

@@ -143,6 +143,13 @@ class StepFigures(ApiModel):
     correction_outside_fraction: Fraction | None = None
     """Response tokens whose importance ratio fell outside [ratioMin, ratioMax] (truncated or
     masked, as rolloutCorrection.mode says)."""
+    reward_errors: Count = 0
+    """Completions whose reward could not be had (a python reward that raised or whose worker
+    died, an http request that failed after its retries): scored 0."""
+    reward_timeouts: Count = 0
+    """Completions whose reward call or request timed out: scored 0."""
+    reward_invalid: Count = 0
+    """Completions whose reward was not a finite number: scored 0."""
     seconds: PhaseSeconds
     """Where the step's time went."""
 

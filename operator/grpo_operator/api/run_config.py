@@ -86,6 +86,8 @@ class RunPaths(ApiModel):
     """/data/<dataset.validationFile>, when set."""
     checkpoint_dir: InPodPath
     """The run's checkpoint directory, /checkpoints/<run-uid>."""
+    reward_file: InPodPath | None = None
+    """A python reward's file: /reward/<key> (its ConfigMap) or /data/<path>."""
 
 
 class RunConfig(ApiModel):
@@ -187,4 +189,5 @@ def standard_paths(spec: GRPORunSpec, uid: str) -> RunPaths:
         train_file=f"{DATA_MOUNT}/{spec.dataset.train_file}",
         validation_file=f"{DATA_MOUNT}/{validation}" if validation else None,
         checkpoint_dir=str(CheckpointLayout.for_run(uid, CHECKPOINT_MOUNT).root),
+        reward_file=spec.reward.python.file_path(DATA_MOUNT) if spec.reward.python else None,
     )

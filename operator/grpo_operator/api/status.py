@@ -251,6 +251,8 @@ class InputDigests(ApiModel):
     """The model directory's."""
     dataset: Sha256
     """The dataset's trainFile and validationFile."""
+    reward: Sha256 | None = None
+    """A python reward's file (unset for the other rewards)."""
 
 
 class TrainerRecovery(ApiModel):
