@@ -133,6 +133,8 @@ def test_metrics_show_the_newest_relayed_report(ray_head, tmp_path):
             "truncated_responses_ratio": 0.25, "skipped_updates": 0,
             "clipped_tokens_ratio[high]": 0.125, "clipped_tokens_ratio[low]": 0.0625,
             "clipped_tokens_ratio[dual]": 0.0,
+            "reward_failures[error]": 0.0, "reward_failures[timeout]": 0.0,
+            "reward_failures[invalid]": 0.0,
             "phase_seconds[generate]": 2.0, "phase_seconds[reward]": 0.25,
             "phase_seconds[ref_logprobs]": 0.5, "phase_seconds[update]": 1.0,
             "phase_seconds[sync]": 0.125, "phase_seconds[step]": 4.0,

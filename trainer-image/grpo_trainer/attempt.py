@@ -49,6 +49,7 @@ from grpo_trainer.journal.ledger import RolloutLedger
 from grpo_trainer.journal.state import LedgerState, LedgerStateError
 from grpo_trainer.progress import RunProgress, replace_dir
 from grpo_trainer.reporting import Reporter
+from grpo_trainer.rewards.python_reward import RewardLoadError
 from grpo_trainer.signals import StopRequest
 from grpo_trainer.sync_errors import WeightSyncIncompleteError, WeightSyncMismatchError
 from grpo_trainer.trackers import Sinks, TrackerUnavailableError, enabled_trackers
@@ -149,6 +150,9 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
             final = save(trainer)
     except DatasetError as err:
         return _fail(progress, Reason.INVALID_INPUT, f"invalid dataset: {err}",
+                     ExitCode.INVALID_INPUT)
+    except RewardLoadError as err:
+        return _fail(progress, Reason.INVALID_INPUT, f"invalid reward: {err}",
                      ExitCode.INVALID_INPUT)
     except WeightSyncIncompleteError as err:
         return _fail(progress, Reason.WEIGHT_SYNC_INCOMPLETE, str(err),

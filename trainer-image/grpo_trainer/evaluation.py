@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from grpo_operator.api.status import EvalFigures
 from grpo_operator.api.token_budget import EvalSchedule
 from grpo_trainer.data import PromptDataset
-from grpo_trainer.rewards import RewardFn
+from grpo_trainer.rewards.batch import Reward, RewardItem, score_all
 from grpo_trainer.rollout.engine import SamplingSettings
 
 PASS_REWARD = 1.0
@@ -58,7 +58,7 @@ class Evaluation:
 
 
 class Evaluator:
-    def __init__(self, dataset: PromptDataset, reward_fn: RewardFn,
+    def __init__(self, dataset: PromptDataset, reward_fn: Reward,
                  schedule: EvalSchedule, samples: int, sampling: SamplingSettings, seed: int):
         self.rows = dataset.rows
         self.reward_fn = reward_fn
@@ -69,7 +69,7 @@ class Evaluator:
         self.seeds = [base + i * samples for i in range(len(self.rows))]
 
     @classmethod
-    def for_spec(cls, spec, dataset: PromptDataset, reward_fn: RewardFn) -> Evaluator | None:
+    def for_spec(cls, spec, dataset: PromptDataset, reward_fn: Reward) -> Evaluator | None:
         """The evaluator of a ``GRPORunSpec`` on its loaded validation ``dataset`` (None: the
         spec has no validation file)."""
         schedule = EvalSchedule.of(spec)
@@ -94,9 +94,12 @@ class Evaluator:
         start = time.perf_counter()
         groups = engines.generate([list(r.prompt_ids) for r in self.rows], self.seeds,
                                   self.sampling)
+        flat, _failures = score_all(self.reward_fn, [
+            RewardItem(c.text, row.ground_truth, row.data_source)
+            for row, completions in zip(self.rows, groups, strict=True) for c in completions])
         rewards, passed, at_k, lengths = [], [], [], []
-        for row, completions in zip(self.rows, groups, strict=True):
-            scores = [float(self.reward_fn(c.text, row.ground_truth)) for c in completions]
+        for i, completions in enumerate(groups):
+            scores = flat[i * self.samples : (i + 1) * self.samples]
             c = sum(score >= PASS_REWARD for score in scores)
             rewards += scores
             passed.append(pass_at_k(self.samples, c, 1))

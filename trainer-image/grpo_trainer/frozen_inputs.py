@@ -7,7 +7,8 @@ an input swapped between attempts is found whether or not the spec named a diges
 the files are checked against the manifest recorded at the start, so a change during the
 attempt is found too. The model's digest covers every file of the model
 directory; the dataset's covers ``trainFile`` and ``validationFile``, relative to the dataset
-volume's root (the contract's ``inputs.py``). Inputs are opened read-only, never written.
+volume's root (the contract's ``inputs.py``); a python reward's file is a third input
+(``reward``). Inputs are opened read-only, never written.
 
 Also ``python -m grpo_trainer digest PATH [FILES...]``: the digest a user puts in the spec.
 """
@@ -38,11 +39,12 @@ class FrozenInputChangedError(Exception):
 class FrozenInput:
     """One input: a whole directory (``files`` None) or a file set under ``root``."""
 
-    name: str  # "model" or "dataset" (the spec section)
+    name: str  # "model", "dataset" or "reward"
     root: Path
     files: tuple[str, ...] | None
     expected: str | None  # the spec's sha256, when given
     seen_before: str | None  # what an earlier attempt of the run found
+    spec_field: str = ""  # where the spec's sha256 is; default spec.<name>.sha256
     recorded: DigestManifest | None = field(default=None, init=False)
 
     def manifest(self) -> DigestManifest:
@@ -61,8 +63,8 @@ class FrozenInput:
         if self.expected is not None and manifest.digest != self.expected:
             raise FrozenInputChangedError(
                 f"{self.name} at {self.root} has digest {manifest.digest}, but "
-                f"spec.{self.name}.sha256 is {self.expected}: the {self.name} is not the one "
-                "the run was created for"
+                f"{self.spec_field or f'spec.{self.name}.sha256'} is {self.expected}: the "
+                f"{self.name} is not the one the run was created for"
             )
         if self.seen_before is not None and manifest.digest != self.seen_before:
             raise FrozenInputChangedError(
@@ -87,25 +89,33 @@ class FrozenInput:
 
 
 class FrozenInputs:
-    """The run's frozen inputs (model and dataset)."""
+    """The run's frozen inputs (model, dataset, and a python reward's file)."""
 
     def __init__(self, inputs: list[FrozenInput]) -> None:
         self.inputs = inputs
 
     @classmethod
     def from_config(cls, config) -> FrozenInputs:
-        """From a contract ``RunConfig``: /model whole, the dataset's files under /data."""
+        """From a contract ``RunConfig``: /model whole, the dataset's files under /data, the
+        reward file where the paths say."""
         spec = config.spec
         files = [spec.dataset.train_file]
         if spec.dataset.validation_file:
             files.append(spec.dataset.validation_file)
         seen = config.inputs
-        return cls([
+        inputs = [
             FrozenInput("model", Path(config.paths.model_dir), None, spec.model.sha256,
                         seen.model if seen else None),
             FrozenInput("dataset", Path(config.paths.data_dir), tuple(files),
                         spec.dataset.sha256, seen.dataset if seen else None),
-        ])
+        ]
+        reward_file = config.paths.reward_file
+        if spec.reward.python is not None and reward_file is not None:
+            path = Path(reward_file)
+            inputs.append(FrozenInput("reward", path.parent, (path.name,),
+                                      spec.reward.python.sha256, seen.reward if seen else None,
+                                      spec_field="spec.reward.python.sha256"))
+        return cls(inputs)
 
     def record(self) -> InputDigests:
         """Digests at the start (raises on a missing or different input)."""

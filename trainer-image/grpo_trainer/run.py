@@ -43,11 +43,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 @contextlib.contextmanager
 def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner_ranks=None,
-              validation_file: str | None = None, **trainer_options):
-    """Build the data, placement group, learner ranks and engines of ``spec`` (a
+              validation_file: str | None = None, reward_file: str | None = None,
+              **trainer_options):
+    """Build the data, reward, placement group, learner ranks and engines of ``spec`` (a
     ``GRPORunSpec``) on the current Ray cluster, yield a ``Trainer`` (``trainer_options``:
     its ``after_step``, ``rollouts``, ``gates``, ``on_tokens``, ``interrupt``), tear
-    everything down. With ``validation_file`` the trainer evaluates as the spec says."""
+    everything down. With ``validation_file`` the trainer evaluates as the spec says;
+    ``reward_file`` is a python reward's file; ``reward_fn`` replaces the spec's reward (and
+    stays the caller's to close)."""
     import ray
     from transformers import AutoTokenizer
 
@@ -56,7 +59,7 @@ def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner
     from grpo_trainer.learner.actor import LearnerSettings
     from grpo_trainer.learner.group import LearnerGroup
     from grpo_trainer.placement import create_placement_group, describe, plan_placement
-    from grpo_trainer.rewards import build_reward
+    from grpo_trainer.rewards import BatchReward, build_run_reward
     from grpo_trainer.rollout.engine import EngineSettings
     from grpo_trainer.rollout.pool import EnginePool
     from grpo_trainer.trainer import Trainer, TrainerConfig
@@ -67,7 +70,8 @@ def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner
     dataset = load_prompts(train_file, tokenizer, algorithm.max_prompt_tokens)
     if dataset.dropped_too_long:
         log.warning("dropped %d prompts longer than maxPromptTokens", dataset.dropped_too_long)
-    reward_fn = reward_fn or build_reward(spec.reward.name.value, spec.reward.options())
+    own_reward = reward_fn is None
+    reward_fn = reward_fn or build_run_reward(spec.reward, reward_file)
     evaluator = None
     if validation_file is not None:
         validation = load_prompts(validation_file, tokenizer, algorithm.max_prompt_tokens)
@@ -115,6 +119,8 @@ def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner
         if learners is not None:
             learners.shutdown()
         ray.util.remove_placement_group(group)
+        if own_reward and isinstance(reward_fn, BatchReward):
+            reward_fn.close()
 
 
 @contextlib.contextmanager
@@ -176,7 +182,8 @@ def _train(args: argparse.Namespace) -> ExitCode:
         # ray.init, which installs its own for a local cluster.
         with ray_session(), stop.installed(), start_run(
             config.spec, paths.model_dir, paths.train_file,
-            validation_file=paths.validation_file, **trainer_options
+            validation_file=paths.validation_file, reward_file=paths.reward_file,
+            **trainer_options
         ) as trainer:
             yield trainer
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from grpo_operator.api.report import PhaseSeconds, StepFigures
+from grpo_trainer.rewards.batch import RewardFailures
 
 if TYPE_CHECKING:
     from grpo_trainer.evaluation import Evaluation
@@ -59,6 +60,7 @@ class StepMetrics:
     is_weight_mean: float | None = None
     is_effective_sample_size: float | None = None
     is_outside_fraction: float | None = None
+    reward_failures: RewardFailures = field(default_factory=RewardFailures)  # scored 0: failed
     prompt_indices: tuple[int, ...] = ()  # the sampled dataset rows (sampler order)
     scores: tuple[float, ...] = ()  # every completion's reward, group by group
     evaluation: Evaluation | None = None
@@ -91,6 +93,9 @@ class StepMetrics:
             importance_weight_mean=self.is_weight_mean,
             effective_sample_size=_optional_share(self.is_effective_sample_size),
             correction_outside_fraction=_optional_share(self.is_outside_fraction),
+            reward_errors=self.reward_failures.errors,
+            reward_timeouts=self.reward_failures.timeouts,
+            reward_invalid=self.reward_failures.invalid,
             seconds=PhaseSeconds(
                 generate=self.time_generate_s, reward=self.time_reward_s,
                 old_logprobs=self.time_old_logprobs_s, ref_logprobs=self.time_ref_logprobs_s,
@@ -116,6 +121,8 @@ class StepMetrics:
             + (f" is-weight {self.is_weight_mean:.3f}" if self.is_weight_mean is not None
                else "")
             + (f" skipped {self.skipped_steps}" if self.skipped_steps else "")
+            + (f" reward-failures {self.reward_failures.total}" if self.reward_failures.total
+               else "")
         )
 
 

@@ -29,6 +29,7 @@ from grpo_trainer.evaluation import Evaluation, Evaluator
 from grpo_trainer.journal.ledger import SIBLING, RolloutLedger
 from grpo_trainer.learner.group import LearnerGroup
 from grpo_trainer.learner.update import REJECTED, UpdatePlan
+from grpo_trainer.rewards.batch import Reward, RewardFailures, RewardItem, score_all
 from grpo_trainer.rollout.engine import SamplingSettings
 from grpo_trainer.rollout.pool import EnginePool
 from grpo_trainer.sampler import PromptSampler
@@ -38,7 +39,6 @@ from grpo_trainer.weight_channel import WeightChannel
 
 log = logging.getLogger(__name__)
 
-RewardFn = Callable[[str, str], float]
 AfterStepHook = Callable[["Trainer", StepMetrics], None]
 Gate = Callable[["Trainer"], str | None]
 """Returns why the run must stop before the next step (None: go on)."""
@@ -125,7 +125,7 @@ class Trainer:
         self,
         config: TrainerConfig,
         dataset: PromptDataset,
-        reward_fn: RewardFn,
+        reward_fn: Reward,
         engines: EnginePool,
         learners: LearnerGroup,
         pad_id: int,
@@ -229,7 +229,7 @@ class Trainer:
                                 self._seeds(len(rows)), self.config.group_size)
 
         # 2-3. Generate what the ledger still lacks, score and seal each completion.
-        reward_s = self._rollouts(rows)
+        reward_s, reward_failures = self._rollouts(rows)
         groups, scores = self.rollouts.batch()
         t2 = time.perf_counter()
         t1 = t2 - reward_s  # generating and scoring interleave; scoring time is summed apart
@@ -266,14 +266,14 @@ class Trainer:
             self.rollouts.spent_on_evaluation(evaluation.prompt_tokens,
                                               evaluation.generated_tokens)
         return self._metrics(groups, prompts, batch["scores"], learn, t0, t1, t2, t3, t4, sync_s,
-                             tuple(indices), evaluation)
+                             tuple(indices), evaluation, reward_failures)
 
-    def _rollouts(self, rows) -> float:
-        """Generate the missing completions of the open groups, score and seal each one;
-        returns the seconds spent in the reward function."""
+    def _rollouts(self, rows) -> tuple[float, RewardFailures]:
+        """Generate the missing completions of the open groups, score them together and seal
+        each one; returns the seconds spent scoring and the completions the reward failed."""
         requests = self.rollouts.requests()
         if not requests:
-            return 0.0
+            return 0.0, RewardFailures()
         attempts = self.rollouts.dispatch(requests)
         by_group = {f"{self.step}.{p}": row for p, row in enumerate(rows)}
         try:
@@ -283,21 +283,27 @@ class Trainer:
         except Exception:
             self.rollouts.fail([a for ids in attempts for a in ids])
             raise
-        reward_s = 0.0
-        for req, ids, completions in zip(requests, attempts, outputs, strict=True):
-            row = by_group[req.group_id]
-            for attempt_id, completion in zip(ids, completions, strict=True):
-                start = time.perf_counter()
-                score = float(self.reward_fn(completion.text, row.ground_truth))
-                reward_s += time.perf_counter() - start
-                self.rollouts.seal(req.group_id, attempt_id, completion, score,
-                                   len(row.prompt_ids))
-                if self.on_tokens is not None:
-                    self.on_tokens(len(row.prompt_ids), len(completion.token_ids))
-        return reward_s
+        generated = [(req, attempt_id, completion, by_group[req.group_id])
+                     for req, ids, completions in zip(requests, attempts, outputs, strict=True)
+                     for attempt_id, completion in zip(ids, completions, strict=True)]
+        start = time.perf_counter()
+        try:
+            scores, failures = score_all(self.reward_fn, [
+                RewardItem(completion.text, row.ground_truth, row.data_source)
+                for _, _, completion, row in generated])
+        except Exception:
+            self.rollouts.fail([a for ids in attempts for a in ids])
+            raise
+        reward_s = time.perf_counter() - start
+        for (req, attempt_id, completion, row), score in zip(generated, scores, strict=True):
+            self.rollouts.seal(req.group_id, attempt_id, completion, score, len(row.prompt_ids))
+            if self.on_tokens is not None:
+                self.on_tokens(len(row.prompt_ids), len(completion.token_ids))
+        return reward_s, failures
 
     def _metrics(self, groups, prompts, scores, learn, t0, t1, t2, t3, t4, sync_s,
-                 indices, evaluation: Evaluation | None) -> StepMetrics:
+                 indices, evaluation: Evaluation | None,
+                 reward_failures: RewardFailures) -> StepMetrics:
         completions = [c for group in groups for c in group]
         lengths = [len(c.token_ids) for c in completions]
         generated = sum(lengths)
@@ -338,6 +344,7 @@ class Trainer:
             is_weight_mean=learn.get("is_weight_mean"),
             is_effective_sample_size=learn.get("is_effective_sample_size"),
             is_outside_fraction=learn.get("is_outside_fraction"),
+            reward_failures=reward_failures,
             prompt_indices=indices,
             scores=tuple(float(x) for x in scores.tolist()),
             evaluation=evaluation,

@@ -86,6 +86,34 @@ def test_a_later_attempt_must_find_the_inputs_an_earlier_one_found(tiny_dirs, tm
     assert FrozenInputs.from_config(later.model_copy(update={"inputs": None})).record()
 
 
+def test_a_python_rewards_file_is_a_frozen_input(tiny_dirs, tmp_path):
+    """Its digest is recorded with the others, pinned by spec.reward.python.sha256 when given,
+    and must be the same for every attempt, as the model's and the dataset's."""
+    code = tmp_path / "reward" / "reward.py"
+    code.parent.mkdir()
+    code.write_text("def score(c, t, e):\n    return 1.0\n")
+    digest = digest_of_files(code.parent, ["reward.py"])
+
+    def config(attempt=1, inputs=None, sha256=None):
+        python = {"configMap": "my-reward", **({"sha256": sha256} if sha256 else {})}
+        made = make_config(tiny_dirs, tmp_path / "uid-r", attempt=attempt,
+                           spec_patch={"reward": {"name": "python", "python": python,
+                                                      "pattern": None}})
+        paths = made.paths.model_copy(update={"reward_file": str(code)})
+        return made.model_copy(update={"paths": paths, "inputs": inputs})
+
+    seen = FrozenInputs.from_config(config()).record()
+    assert seen.reward == digest
+    assert FrozenInputs.from_config(config(2, seen, sha256=digest)).record() == seen
+    code.write_text("def score(c, t, e):\n    return 0.0\n")
+    with pytest.raises(FrozenInputChangedError, match="the reward changed between attempts"):
+        FrozenInputs.from_config(config(2, seen)).record()
+    with pytest.raises(FrozenInputChangedError, match=f"spec.reward.python.sha256 is {digest}"):
+        FrozenInputs.from_config(config(sha256=digest)).record()
+    assert FrozenInputs.from_config(make_config(tiny_dirs, tmp_path / "uid-b")).record().reward \
+        is None  # a built-in reward has no file
+
+
 def _run_cli(config, tmp_path: Path) -> tuple[subprocess.CompletedProcess, list]:
     path = tmp_path / "run-config.json"
     path.write_text(config.to_json())

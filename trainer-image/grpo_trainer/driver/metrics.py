@@ -117,6 +117,8 @@ STEP_FIGURES: tuple[tuple[str, str, Callable[[StepFigures], float | None]], ...]
 )
 CLIP_BOUNDS = {"high": "clip_fraction_high", "low": "clip_fraction_low",
                "dual": "dual_clip_fraction"}
+REWARD_FAILURES = {"error": "reward_errors", "timeout": "reward_timeouts",
+                   "invalid": "reward_invalid"}
 PHASES = tuple(PhaseSeconds.model_fields)  # generate, reward, ..., checkpoint, step
 
 
@@ -162,6 +164,13 @@ class ReportGauges:
         for bound, field in CLIP_BOUNDS.items():
             clipped.add_metric([*self._labels, bound], getattr(figures, field))
         yield clipped
+        failed = GaugeMetricFamily(
+            PREFIX + "reward_failures", "Completions of the last step scored 0 because their "
+            "reward could not be had, by kind (error, timeout, invalid value).",
+            labels=[*LABELS, "kind"])
+        for kind, field in REWARD_FAILURES.items():
+            failed.add_metric([*self._labels, kind], getattr(figures, field))
+        yield failed
         phases = GaugeMetricFamily(
             PREFIX + "phase_seconds", "Duration of each phase of the last step (step: the "
             "whole step, checkpoint excluded); a phase the step did not run has no series.",

@@ -12,6 +12,10 @@ scans. Option keys, as written in a GRPORun:
 
 Unknown names, unknown option keys, wrong option types and invalid regex patterns raise
 ValueError when the reward is built. An option whose value is None counts as absent.
+
+The user's own rewards (``python``: a function in worker processes, ``python_reward``;
+``http``: a remote verifier, ``http_reward``) are built from the contract's ``RewardSpec`` by
+``build_run_reward``; they score batches and may fail (``batch``).
 """
 
 from __future__ import annotations
@@ -19,12 +23,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from grpo_trainer.rewards.batch import (
+    BatchReward,
+    Reward,
+    RewardFailures,
+    RewardFn,
+    RewardItem,
+    score_all,
+)
 from grpo_trainer.rewards.exact_match import ExactMatchReward
 from grpo_trainer.rewards.gsm8k import GSM8KReward
 from grpo_trainer.rewards.math_boxed import MathBoxedReward
 from grpo_trainer.rewards.regex import RegexReward
-
-RewardFn = Callable[[str, str], float]
 
 # name -> (factory taking Python kwargs, {CRD option key: (kwarg, type)}, required CRD keys)
 _REGISTRY: dict[str, tuple[Callable[..., RewardFn], dict[str, tuple[str, type]], set[str]]] = {
@@ -47,6 +57,9 @@ _REGISTRY: dict[str, tuple[Callable[..., RewardFn], dict[str, tuple[str, type]],
     ),
 }
 
+USER_REWARDS = ("python", "http")  # built by build_run_reward
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_CONCURRENCY = 4
 REWARD_NAMES = tuple(_REGISTRY)
 # The CRD option keys each reward accepts (for the contract and its docs).
 REWARD_OPTIONS = {name: tuple(entry[1]) for name, entry in _REGISTRY.items()}
@@ -84,10 +97,36 @@ def build_reward_from_spec(spec: Mapping[str, Any]) -> RewardFn:
     return build_reward(spec["name"], options)
 
 
+def build_run_reward(spec: Any, reward_file: str | None) -> Reward:
+    """The reward of a contract ``RewardSpec``: a user's (``reward_file``: where a python
+    reward's file is, the run config's ``paths.rewardFile``) or a built-in one."""
+    timeout_s = spec.timeout_seconds or DEFAULT_TIMEOUT_S
+    concurrency = spec.concurrency or DEFAULT_CONCURRENCY
+    if spec.python is not None:
+        from grpo_trainer.rewards.python_reward import PythonReward
+
+        if reward_file is None:
+            raise ValueError("a python reward needs the reward file's path")
+        return PythonReward(reward_file, spec.python.function, timeout_s, concurrency)
+    if spec.http is not None:
+        from grpo_trainer.rewards.http_reward import HttpReward
+
+        return HttpReward(spec.http.url, spec.http.batch_size, spec.http.max_retries,
+                          timeout_s, concurrency)
+    return build_reward(spec.name.value, spec.options())
+
+
 __all__ = [
     "REWARD_NAMES",
     "REWARD_OPTIONS",
+    "USER_REWARDS",
+    "BatchReward",
+    "Reward",
+    "RewardFailures",
     "RewardFn",
+    "RewardItem",
     "build_reward",
     "build_reward_from_spec",
+    "build_run_reward",
+    "score_all",
 ]

@@ -1,0 +1,117 @@
+"""``reward.name: http``: a remote verifier, batch by batch.
+
+Each request is ``POST url`` with ``{"items": [{"completion", "groundTruth", "dataSource"},
+...]}`` (at most ``batch_size`` items) and must answer 200 with ``{"scores": [...]}``, one
+number (or boolean) per item, in order. Up to ``concurrency`` requests are in flight. A request
+that cannot connect, times out (``timeout_s``, for connecting and for each read) or is answered
+429 or 5xx is retried up to ``max_retries`` times, waiting ``backoff_s`` doubling in between;
+what still fails scores 0 for each of its items (timeouts if the last try timed out, errors
+otherwise). Another 4xx, or an answer that is not the JSON above, is not retried: its items
+score 0 as errors. A score that is not a finite number scores 0 as invalid.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from grpo_trainer.rewards.batch import RewardFailures, RewardItem, as_score
+
+log = logging.getLogger("grpo_trainer.rewards")
+
+MAX_RESPONSE_BYTES = 16 * 2**20
+
+
+class _Retryable(Exception):
+    def __init__(self, message: str, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+class HttpReward:
+    """The client (see the module docstring)."""
+
+    def __init__(self, url: str, batch_size: int = 16, max_retries: int = 3,
+                 timeout_s: float = 10.0, concurrency: int = 4, backoff_s: float = 0.5) -> None:
+        import requests
+        from requests.adapters import HTTPAdapter
+
+        self.url, self.batch_size, self.max_retries = url, batch_size, max_retries
+        self.timeout_s, self.backoff_s = timeout_s, backoff_s
+        self._requests = requests
+        self._session = requests.Session()
+        adapter = HTTPAdapter(pool_connections=1, pool_maxsize=concurrency, max_retries=0)
+        self._session.mount("http://", adapter)
+        self._session.mount("https://", adapter)
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="grpo-reward-http")
+
+    def score_batch(self, items: Sequence[RewardItem]) -> tuple[list[float], RewardFailures]:
+        chunks = [items[i : i + self.batch_size] for i in range(0, len(items), self.batch_size)]
+        scores: list[float] = []
+        failures = RewardFailures()
+        problems = []
+        for chunk_scores, chunk_failures, problem in self._pool.map(self._score_chunk, chunks):
+            scores.extend(chunk_scores)
+            failures.add(chunk_failures)
+            if problem:
+                problems.append(problem)
+        if failures.total:
+            log.warning("reward %s: %d of %d completions scored 0 (%d errors, %d timeouts, "
+                        "%d invalid)%s", self.url, failures.total, len(items), failures.errors,
+                        failures.timeouts, failures.invalid,
+                        f", e.g. {problems[0]}" if problems else "")
+        return scores, failures
+
+    def _score_chunk(self, chunk: Sequence[RewardItem]
+                     ) -> tuple[list[float], RewardFailures, str | None]:
+        body = {"items": [{"completion": i.completion, "groundTruth": i.ground_truth,
+                           "dataSource": i.data_source} for i in chunk]}
+        zeros = [0.0] * len(chunk)
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                values = self._post(body, len(chunk))
+            except _Retryable as err:
+                if attempt == self.max_retries:
+                    failed = (RewardFailures(timeouts=len(chunk)) if err.timed_out
+                              else RewardFailures(errors=len(chunk)))
+                    return zeros, failed, f"{err} (after {attempt + 1} tries)"
+                continue
+            except ValueError as err:  # answered, wrongly: retrying would not help
+                return zeros, RewardFailures(errors=len(chunk)), str(err)
+            scores = [as_score(v) for v in values]
+            invalid = sum(s is None for s in scores)
+            return ([0.0 if s is None else s for s in scores], RewardFailures(invalid=invalid),
+                    f"{invalid} scores were not finite numbers" if invalid else None)
+        raise AssertionError("unreachable")
+
+    def _post(self, body: dict, expected: int) -> list:
+        requests = self._requests
+        try:
+            response = self._session.post(self.url, json=body, timeout=self.timeout_s)
+        except requests.Timeout as err:
+            raise _Retryable(f"timed out: {err}", timed_out=True) from None
+        except requests.RequestException as err:
+            raise _Retryable(f"request failed: {err}") from None
+        if response.status_code == 429 or response.status_code >= 500:
+            raise _Retryable(f"HTTP {response.status_code}")
+        if response.status_code != 200:
+            raise ValueError(f"HTTP {response.status_code}: {response.text[:200]!r}")
+        if len(response.content) > MAX_RESPONSE_BYTES:
+            raise ValueError(f"the answer is over {MAX_RESPONSE_BYTES} bytes")
+        try:
+            scores = response.json()["scores"]
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f'the answer is not {{"scores": [...]}}: '
+                             f"{response.text[:200]!r}") from None
+        if not isinstance(scores, list) or len(scores) != expected:
+            raise ValueError(f"the answer has {len(scores) if isinstance(scores, list) else 0} "
+                             f"scores for {expected} items")
+        return scores
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self._session.close()
