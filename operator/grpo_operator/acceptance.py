@@ -1,6 +1,7 @@
 """What only the operator can judge before anything is created: the budget against the plan,
-the access modes of the volumes, and what the operator's installer lets runs reach (host
-directories, the operator's own Secret). Pure: the caller reads the PVCs and the settings.
+the access modes of the volumes, a python reward's ConfigMap, and what the operator's installer
+lets runs reach (host directories, the operator's own Secret). Pure: the caller reads the PVCs,
+the reward's ConfigMap and the settings.
 
 The CRD refuses what every installation refuses (``api.confinement``); what depends on an
 installation's settings is here. hostPath volumes are frozen, so judging them once, at
@@ -125,6 +126,36 @@ def check_volumes(
     return None
 
 
+def reward_config_map(spec: GRPORunSpec) -> str | None:
+    """The ConfigMap holding a python reward's file, if the run names one."""
+    python = spec.reward.python
+    return python.config_map if python is not None else None
+
+
+def check_reward_config_map(
+    spec: GRPORunSpec, config_maps: Mapping[str, Mapping[str, Any] | None]
+) -> Refusal | None:
+    """``config_maps`` maps :func:`reward_config_map`'s name to the ConfigMap as read (None:
+    missing). Without it, or without its key, the Ray pods would never start (the kubelet
+    waits for a ConfigMap volume's object and key). A ConfigMap deleted later keeps the
+    running pods' file; a pod made after that waits, as any pod missing a volume does."""
+    name = reward_config_map(spec)
+    if name is None:
+        return None
+    key = spec.reward.python.key
+    config_map = config_maps.get(name)
+    if config_map is None:
+        return Refusal("RewardNotFound",
+                       f"ConfigMap {name} (reward.python.configMap) does not exist")
+    keys = set(config_map.get("data") or {}) | set(config_map.get("binaryData") or {})
+    if key not in keys:
+        held = ", ".join(sorted(keys)) or "none"
+        return Refusal("RewardNotFound",
+                       f"ConfigMap {name} (reward.python.configMap) has no key {key} "
+                       f"(reward.python.key); its keys: {held}")
+    return None
+
+
 def _volumes(spec: GRPORunSpec) -> Iterable[tuple[str, VolumeSource]]:
     yield "model.volume", spec.model.volume
     yield "dataset.volume", spec.dataset.volume
@@ -203,11 +234,15 @@ def accept(
     spec: GRPORunSpec,
     pvcs: Mapping[str, Mapping[str, Any] | None],
     confinement: Confinement = Confinement(),
+    config_maps: Mapping[str, Mapping[str, Any] | None] | None = None,
 ) -> Refusal | None:
+    """``pvcs`` and ``config_maps``: the objects the run names, as read (see
+    :func:`check_volumes`, :func:`check_reward_config_map`)."""
     return (
         check_budget(spec)
         or check_host_paths(spec, confinement.host_path_prefixes)
         or check_frozen_inputs_apart(spec)
         or check_secrets(spec, confinement.reserved_secrets)
         or check_volumes(spec, pvcs)
+        or check_reward_config_map(spec, config_maps or {})
     )

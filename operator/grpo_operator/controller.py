@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from grpo_operator.acceptance import claims
+from grpo_operator.acceptance import claims, reward_config_map
 from grpo_operator.api.constants import KIND, LABEL_RUN, ConditionType, Outcome, Phase, Reason
 from grpo_operator.api.report import REPORT_KEY, REPORT_SIGNATURE_KEY, describe_validation_error
 from grpo_operator.api.run_config import ResumeMode, RunConfig
@@ -280,9 +280,13 @@ class Controller:
         names = ChildNames(run.name)
         k, now = self.kube, _now()
         pvcs: dict[str, Any] = {}
+        config_maps: dict[str, Any] = {}
         if status.phase in (None, Phase.PENDING):
             pvcs = {claim: k.get("v1", "PersistentVolumeClaim", run.namespace, claim)
                     for claim in claims(spec)}
+            reward = reward_config_map(spec)
+            if reward is not None:
+                config_maps[reward] = k.get("v1", "ConfigMap", run.namespace, reward)
         rc = job = report = signature = gpu_pods = None
         report_map_missing = False
         pods: list[dict[str, Any]] = []
@@ -324,7 +328,8 @@ class Controller:
         return Observed(name=run.name, generation=meta.get("generation", 0), spec=spec,
                         status=status, now=now,
                         created=_timestamp(meta.get("creationTimestamp")),
-                        annotations=meta.get("annotations") or {}, pvcs=pvcs, ray_cluster=rc,
+                        annotations=meta.get("annotations") or {}, pvcs=pvcs,
+                        config_maps=config_maps, ray_cluster=rc,
                         driver_job=job, driver_pods=pods, report_data=report,
                         report_map_missing=report_map_missing, report_signature=signature,
                         report_key=run_report_key(self.signing_key, run.uid),

@@ -117,6 +117,8 @@ class Observed:
     created: datetime.datetime | None = None
     annotations: dict[str, str] = field(default_factory=dict)
     pvcs: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    config_maps: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    """A python reward's ConfigMap by name (None: missing), read while the run is judged."""
     ray_cluster: dict[str, Any] | None = None
     driver_job: dict[str, Any] | None = None
     driver_pods: list[dict[str, Any]] = field(default_factory=list)
@@ -534,7 +536,7 @@ def _after_end(d: Decision, o: Observed) -> None:
 
 def _accept(d: Decision, o: Observed) -> bool:
     s = d.status
-    refusal = accept(o.spec, o.pvcs, o.policy.confinement)
+    refusal = accept(o.spec, o.pvcs, o.policy.confinement, o.config_maps)
     if refusal is not None:
         _refuse(d, o, refusal)
         return False

@@ -1,6 +1,6 @@
 """Acceptance as a pure function: what the installation lets a run reach (host directories,
-the operator's Secret). The budget and the claims: test_reconcile.py and the cluster tests in
-lifecycle/test_acceptance.py."""
+the operator's Secret), a python reward's ConfigMap. The budget and the claims:
+test_reconcile.py and the cluster tests in lifecycle/test_acceptance.py."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from grpo_operator.acceptance import (
     check_frozen_inputs_apart,
     check_host_paths,
     host_path_prefixes,
+    reward_config_map,
     under,
 )
 from grpo_operator.api.spec import GRPORunSpec
@@ -165,3 +166,34 @@ def test_checkpoints_may_not_reach_the_frozen_inputs(model, dataset, checkpoint,
     else:
         assert refusal.reason == "FrozenInputOverlap"
         assert f"overlaps {overlaps}.volume" in refusal.message, refusal.message
+
+
+PYTHON_REWARD = {"name": "python", "python": {"configMap": "my-reward", "function": "dense"}}
+
+
+def test_a_python_rewards_config_map_must_exist_and_hold_its_key():
+    run = spec(reward=PYTHON_REWARD)
+    refusal = accept(run, PVCS, OPEN)
+    assert refusal.reason == "RewardNotFound"
+    assert refusal.message == "ConfigMap my-reward (reward.python.configMap) does not exist"
+    other_keys = {"my-reward": {"data": {"score.py": "x", "notes": "y"}}}
+    refusal = accept(run, PVCS, OPEN, other_keys)
+    assert refusal.reason == "RewardNotFound"
+    assert refusal.message == ("ConfigMap my-reward (reward.python.configMap) has no key "
+                               "reward.py (reward.python.key); its keys: notes, score.py")
+    assert "its keys: none" in accept(run, PVCS, OPEN, {"my-reward": {}}).message
+    assert accept(run, PVCS, OPEN, {"my-reward": {"data": {"reward.py": "x"}}}) is None
+    # A key of its own, in data or binaryData (both are mounted alike).
+    keyed = spec(reward={"name": "python", "python": {"configMap": "my-reward", "key": "s.py"}})
+    assert accept(keyed, PVCS, OPEN, other_keys).message.endswith("its keys: notes, score.py")
+    assert accept(keyed, PVCS, OPEN, {"my-reward": {"binaryData": {"s.py": "eA=="}}}) is None
+
+
+def test_rewards_without_a_config_map_read_none():
+    on_the_dataset = spec(reward={"name": "python", "python": {"path": "rewards/r.py"}})
+    assert reward_config_map(on_the_dataset) is None
+    assert accept(on_the_dataset, PVCS, OPEN) is None
+    served = spec(reward={"name": "http", "http": {"url": "http://scorer.rl:8000/score"}})
+    assert accept(served, PVCS, OPEN) is None
+    assert reward_config_map(spec()) is None
+    assert reward_config_map(spec(reward=PYTHON_REWARD)) == "my-reward"

@@ -84,7 +84,8 @@ Secrets: the operator only creates the per-run Secrets (Ray auth token, report k
 # created, and read by name only when taken (their values are derived, never read).
 # configmaps: the controller also patches the run config for each new attempt, and RBAC's
 # escalation check lets it create (and bind) the per-run Role, which grants get/patch on the
-# report ConfigMap, only if it holds those verbs itself.
+# report ConfigMap, only if it holds those verbs itself; it gets a python reward's ConfigMap by
+# name at acceptance.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["create", "get", "list", "watch", "patch"]

@@ -1,12 +1,13 @@
 """Volumes and mounts of the Ray and driver pods: inputs read-only, checkpoints writable, the
-run config, a memory-backed /dev/shm (Ray's object store, vLLM and NCCL need it), and /tmp."""
+run config, a python reward's ConfigMap, a memory-backed /dev/shm (Ray's object store, vLLM and
+NCCL need it), and /tmp."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from grpo_operator.api.checkpoint_layout import CHECKPOINT_MOUNT
-from grpo_operator.api.inputs import VolumeSource
+from grpo_operator.api.inputs import REWARD_MOUNT, VolumeSource
 from grpo_operator.api.ray_job import DRIVER_REPORT_KEY_DIR, DRIVER_TOKEN_DIR
 from grpo_operator.api.run_config import DATA_MOUNT, MODEL_MOUNT, RUN_CONFIG_DIR
 from grpo_operator.api.spec import GRPORunSpec
@@ -37,6 +38,23 @@ def input_mounts(spec: GRPORunSpec) -> list[dict[str, Any]]:
     return [model, {"name": "data", "mountPath": DATA_MOUNT, "readOnly": True}]
 
 
+def reward_volumes(spec: GRPORunSpec) -> list[dict[str, Any]]:
+    """A python reward's ConfigMap, only its key: the trainer runs on the head and scores in
+    worker processes there, and nothing else of the ConfigMap is the run's to read."""
+    python = spec.reward.python
+    if python is None or python.config_map is None:
+        return []
+    return [{"name": "reward", "configMap": {
+        "name": python.config_map, "items": [{"key": python.key, "path": python.key}]}}]
+
+
+def reward_mounts(spec: GRPORunSpec) -> list[dict[str, Any]]:
+    """At ``REWARD_MOUNT``, where ``RunPaths.reward_file`` points (``/reward/<key>``)."""
+    if not reward_volumes(spec):
+        return []
+    return [{"name": "reward", "mountPath": REWARD_MOUNT, "readOnly": True}]
+
+
 def run_config_volume(run_name: str) -> dict[str, Any]:
     return {"name": "run-config", "configMap": {"name": ChildNames(run_name).run_config_map}}
 
@@ -57,6 +75,7 @@ def ray_pod_volumes(spec: GRPORunSpec, run_name: str) -> list[dict[str, Any]]:
         *input_volumes(spec),
         {"name": "checkpoints", **_source(spec.checkpoint.volume, read_only=False)},
         run_config_volume(run_name),
+        *reward_volumes(spec),
         # Counts against the container's memory limit.
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
         SCRATCH_VOLUME,
@@ -71,6 +90,7 @@ def ray_pod_mounts(spec: GRPORunSpec) -> list[dict[str, Any]]:
         *input_mounts(spec),
         checkpoints,
         RUN_CONFIG_MOUNT,
+        *reward_mounts(spec),
         {"name": "dshm", "mountPath": "/dev/shm"},
         SCRATCH_MOUNT,
     ]

@@ -80,6 +80,20 @@ def test_a_single_node_claim_for_shared_inputs_or_checkpoints_is_refused(runs, t
     assert "needs ReadWriteMany" in accepted["message"]
 
 
+def test_a_python_reward_without_its_config_map_or_its_key_is_refused(runs, tmp_path):
+    """Read by name at acceptance (the Ray pods would otherwise wait for it forever)."""
+    reward = {"name": "python", "python": {"configMap": "my-reward", "key": "score.py"}}
+    runs.create(manifest("no-reward-map", str(tmp_path), reward=reward))
+    accepted = _refused(runs, "no-reward-map", "RewardNotFound")
+    assert accepted["message"] == "ConfigMap my-reward (reward.python.configMap) does not exist"
+    runs.core.create_namespaced_config_map(runs.namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="my-reward"), data={"reward.py": "def score(): 0"}))
+    runs.create(manifest("no-reward-key", str(tmp_path), reward=reward))
+    accepted = _refused(runs, "no-reward-key", "RewardNotFound")
+    assert accepted["message"] == ("ConfigMap my-reward (reward.python.configMap) has no key "
+                                   "score.py (reward.python.key); its keys: reward.py")
+
+
 def test_checkpoints_inside_the_frozen_model_are_refused(runs, tmp_path):
     model = tmp_path / "model"
     runs.create(manifest("ckpt-in-model", str(tmp_path), checkpoint={"volume": {"hostPath": {
