@@ -4,11 +4,15 @@ test_reconcile.py and the cluster tests in lifecycle/test_acceptance.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from grpo_operator.acceptance import (
     Confinement,
     accept,
+    check_budget,
     check_frozen_inputs_apart,
     check_host_paths,
     host_path_prefixes,
@@ -197,3 +201,11 @@ def test_rewards_without_a_config_map_read_none():
     assert accept(served, PVCS, OPEN) is None
     assert reward_config_map(spec()) is None
     assert reward_config_map(spec(reward=PYTHON_REWARD)) == "my-reward"
+
+
+@pytest.mark.parametrize("name", ["tiny-cpu.yaml", "gsm8k-gpu.yaml", "dapo-gpu.yaml"])
+def test_every_examples_plan_fits_its_budget(name):
+    """Counted as acceptance counts it: dynamic sampling's every round, the evaluations."""
+    path = Path(__file__).resolve().parents[2] / "examples" / name
+    assert check_budget(GRPORunSpec.model_validate(yaml.safe_load(path.read_text())["spec"])) \
+        is None

@@ -61,6 +61,11 @@ class StepMetrics:
     is_effective_sample_size: float | None = None
     is_outside_fraction: float | None = None
     reward_failures: RewardFailures = field(default_factory=RewardFailures)  # scored 0: failed
+    # With dynamic sampling (None without): generation rounds, groups left out, uniform groups
+    # trained on because the rounds ran out.
+    generation_rounds: int | None = None
+    filtered_groups: int | None = None
+    shortfall_groups: int | None = None
     prompt_indices: tuple[int, ...] = ()  # the sampled dataset rows (sampler order)
     scores: tuple[float, ...] = ()  # every completion's reward, group by group
     evaluation: Evaluation | None = None
@@ -93,6 +98,9 @@ class StepMetrics:
             importance_weight_mean=self.is_weight_mean,
             effective_sample_size=_optional_share(self.is_effective_sample_size),
             correction_outside_fraction=_optional_share(self.is_outside_fraction),
+            generation_rounds=self.generation_rounds,
+            filtered_groups=self.filtered_groups,
+            shortfall_groups=self.shortfall_groups,
             reward_errors=self.reward_failures.errors,
             reward_timeouts=self.reward_failures.timeouts,
             reward_invalid=self.reward_failures.invalid,
@@ -123,6 +131,8 @@ class StepMetrics:
             + (f" skipped {self.skipped_steps}" if self.skipped_steps else "")
             + (f" reward-failures {self.reward_failures.total}" if self.reward_failures.total
                else "")
+            + (f" rounds {self.generation_rounds} filtered {self.filtered_groups} short "
+               f"{self.shortfall_groups}" if self.generation_rounds is not None else "")
         )
 
 

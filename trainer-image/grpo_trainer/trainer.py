@@ -24,7 +24,8 @@ import torch
 
 from grpo_trainer.algorithm_settings import AlgorithmSettings
 from grpo_trainer.batch import build_batch
-from grpo_trainer.data import PromptDataset
+from grpo_trainer.data import PromptDataset, PromptRow
+from grpo_trainer.dynamic_sampling import DynamicSampling
 from grpo_trainer.evaluation import Evaluation, Evaluator
 from grpo_trainer.journal.ledger import SIBLING, RolloutLedger
 from grpo_trainer.learner.group import LearnerGroup
@@ -64,6 +65,7 @@ class TrainerConfig:
     seed: int
     algorithm: AlgorithmSettings
     max_logprob_mismatch: float | None = None  # the parity guard's limit; None: no guard
+    generation_rounds: int = 1  # > 1: dynamic sampling, up to this many rounds per step
 
     @classmethod
     def from_spec(cls, spec: Any) -> TrainerConfig:
@@ -89,6 +91,7 @@ class TrainerConfig:
             ),
             max_logprob_mismatch=spec.rollout.logprob_mismatch_limit(
                 algorithm.top_p, spec.learner.dtype, algorithm.top_k),
+            generation_rounds=algorithm.generation_rounds(),
         )
 
     def update_plan(self, world_size: int) -> UpdatePlan:
@@ -210,10 +213,18 @@ class Trainer:
         self.weights.sync()
         return time.perf_counter() - start
 
-    def _seeds(self, count: int) -> list[int]:
-        """One sampling seed per prompt of this step (vLLM gives child i ``seed + i``)."""
-        base = random.Random(f"{self.config.seed}/{self.step}").getrandbits(48)
+    def _seeds(self, count: int, round_: int = 0) -> list[int]:
+        """One sampling seed per prompt of this step's generation round ``round_`` (vLLM gives
+        child i ``seed + i``)."""
+        key = f"{self.config.seed}/{self.step}" + (f"/{round_}" if round_ else "")
+        base = random.Random(key).getrandbits(48)
         return [base + i * self.config.group_size for i in range(count)]
+
+    def _draw(self, drawn: list[int]) -> list[PromptRow]:
+        """The sampler's next prompts (their indices appended to ``drawn``)."""
+        indices = self.sampler.next_batch()
+        drawn += indices
+        return [self.dataset.rows[i] for i in indices]
 
     def train_step(self) -> StepMetrics | None:
         """One GRPO step; returns its metrics (``self.step`` is then one higher), or None when
@@ -222,15 +233,33 @@ class Trainer:
 
         # 1. Sample this step's prompts (seeded, resumable) and open their prompt groups.
         sampler_state = self.sampler.state_dict()  # to rewind an abandoned step
-        indices = self.sampler.next_batch()
-        rows = [self.dataset.rows[i] for i in indices]
-        prompts = [list(row.prompt_ids) for row in rows]
+        drawn: list[int] = []
+        rows = self._draw(drawn)
         self.rollouts.open_step(self.step, [row.index for row in rows],
                                 self._seeds(len(rows)), self.config.group_size)
 
-        # 2-3. Generate what the ledger still lacks, score and seal each completion.
+        # 2-3. Generate what the ledger still lacks, score and seal each completion; with
+        # dynamic sampling, more rounds of prompts while too few groups have a spread.
         reward_s, reward_failures = self._rollouts(rows)
-        groups, scores = self.rollouts.batch()
+        sampling = DynamicSampling(self.config.prompts_per_step)
+        while self.config.generation_rounds > 1:
+            sampling.judge(self.rollouts.group_scores())
+            if sampling.full or sampling.rounds == self.config.generation_rounds:
+                break
+            more = self._draw(drawn)
+            self.rollouts.add_groups([row.index for row in more],
+                                     self._seeds(len(more), sampling.rounds),
+                                     self.config.group_size)
+            rows += more
+            more_s, more_failures = self._rollouts(rows)
+            reward_s += more_s
+            reward_failures.add(more_failures)
+            sampling.rounds += 1
+        chosen = sampling.chosen() if self.config.generation_rounds > 1 else None
+        groups, scores = self.rollouts.batch(chosen)
+        position = {f"{self.step}.{p}": row for p, row in enumerate(rows)}
+        trained = [position[g] for g in chosen] if chosen is not None else rows
+        prompts = [list(row.prompt_ids) for row in trained]
         t2 = time.perf_counter()
         t1 = t2 - reward_s  # generating and scoring interleave; scoring time is summed apart
         if self.interrupt():  # the step is redone on resume, from the journaled rollouts
@@ -266,7 +295,8 @@ class Trainer:
             self.rollouts.spent_on_evaluation(evaluation.prompt_tokens,
                                               evaluation.generated_tokens)
         return self._metrics(groups, prompts, batch["scores"], learn, t0, t1, t2, t3, t4, sync_s,
-                             tuple(indices), evaluation, reward_failures)
+                             tuple(drawn), evaluation, reward_failures,
+                             sampling if self.config.generation_rounds > 1 else None)
 
     def _rollouts(self, rows) -> tuple[float, RewardFailures]:
         """Generate the missing completions of the open groups, score them together and seal
@@ -303,7 +333,8 @@ class Trainer:
 
     def _metrics(self, groups, prompts, scores, learn, t0, t1, t2, t3, t4, sync_s,
                  indices, evaluation: Evaluation | None,
-                 reward_failures: RewardFailures) -> StepMetrics:
+                 reward_failures: RewardFailures,
+                 sampling: DynamicSampling | None) -> StepMetrics:
         completions = [c for group in groups for c in group]
         lengths = [len(c.token_ids) for c in completions]
         generated = sum(lengths)
@@ -345,6 +376,9 @@ class Trainer:
             is_effective_sample_size=learn.get("is_effective_sample_size"),
             is_outside_fraction=learn.get("is_outside_fraction"),
             reward_failures=reward_failures,
+            generation_rounds=sampling.rounds if sampling else None,
+            filtered_groups=sampling.filtered if sampling else None,
+            shortfall_groups=sampling.shortfall if sampling else None,
             prompt_indices=indices,
             scores=tuple(float(x) for x in scores.tolist()),
             evaluation=evaluation,

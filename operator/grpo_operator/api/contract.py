@@ -47,7 +47,9 @@ HISTORY = {
     "1.2": "algorithm.rolloutCorrection, entropyCoef, topK; lastStep.mismatchKl, "
            "importanceWeightMean, effectiveSampleSize, correctionOutsideFraction; reward python "
            "and http (reward.python, http, timeoutSeconds, concurrency; paths.rewardFile; "
-           "inputs.reward); lastStep.rewardErrors, rewardTimeouts, rewardInvalid",
+           "inputs.reward); lastStep.rewardErrors, rewardTimeouts, rewardInvalid; "
+           "algorithm.dynamicSampling; lastStep.generationRounds, filteredGroups, "
+           "shortfallGroups",
 }
 
 

@@ -143,6 +143,13 @@ class StepFigures(ApiModel):
     correction_outside_fraction: Fraction | None = None
     """Response tokens whose importance ratio fell outside [ratioMin, ratioMax] (truncated or
     masked, as rolloutCorrection.mode says)."""
+    generation_rounds: Count | None = None
+    """With dynamic sampling: the generation rounds the step took."""
+    filtered_groups: Count | None = None
+    """With dynamic sampling: prompt groups generated but left out of the step (all their
+    completions scored the same)."""
+    shortfall_groups: Count | None = None
+    """With dynamic sampling: uniform groups the step trained on because its rounds ran out."""
     reward_errors: Count = 0
     """Completions whose reward could not be had (a python reward that raised or whose worker
     died, an http request that failed after its retries): scored 0."""

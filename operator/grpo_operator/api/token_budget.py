@@ -2,7 +2,8 @@
 steps and its evaluations. One rule, judged by the operator at acceptance and by the trainer at
 the start of every attempt and, with ``stopAtLimit``, before every step.
 
-Worst cases: a step generates at most promptsPerStep x groupSize x maxResponseTokens tokens, an
+Worst cases: a step generates at most promptsPerStep x groupSize x maxResponseTokens tokens in
+each of its generation rounds (one, or dynamicSampling.maxRounds), an
 evaluation at most evalPrompts x evalSamples x maxResponseTokens, where evalPrompts is
 evalMaxPrompts or the validation file's row count, whichever is smaller. The operator cannot read
 the validation file: without evalMaxPrompts it leaves evaluations out of its check and the
@@ -66,7 +67,8 @@ class TokenBudget:
         if schedule is not None and eval_prompts is not None:
             eval_tokens = eval_prompts * a.eval_samples * a.max_response_tokens
         return cls(spec.budget.max_generated_tokens, spec.budget.stop_at_limit,
-                   a.prompts_per_step * a.group_size * a.max_response_tokens, eval_tokens,
+                   a.generation_rounds() * a.prompts_per_step * a.group_size
+                   * a.max_response_tokens, eval_tokens,
                    schedule, a.max_steps)
 
     def worst_case(self, after: int, through: int) -> tuple[int, str]:

@@ -88,6 +88,18 @@ class RolloutCorrectionSpec(ApiModel):
     """The lower bound; unset: none (a weight may approach 0)."""
 
 
+class DynamicSamplingSpec(ApiModel):
+    """DAPO's dynamic sampling: a prompt group whose completions all scored the same has zero
+    advantages and teaches nothing; such groups are left out and more prompts are drawn, up to
+    maxRounds generation rounds per step, until the step holds promptsPerStep groups with a
+    spread of scores (verl's algorithm.filter_groups)."""
+
+    max_rounds: StrictInt = Field(default=3, ge=2, le=64)
+    """Generation rounds a step may take, the first included (verl's max_num_gen_batches). When
+    they run out, the step is filled with uniform groups and the shortfall is reported. The
+    token budget counts every round of every step in its worst case."""
+
+
 def _step_sequences(a: AlgorithmSpec) -> int:
     return a.prompts_per_step * a.group_size
 
@@ -162,6 +174,8 @@ class AlgorithmSpec(ApiModel):
     clipRatioLow 3e-4, clipRatioHigh 4e-4; needs lossAggregation seq-mean-token-mean);
     `cispo`: the token ratio capped at 1 + clipRatioHigh and detached, weighting the
     log-probability (no token loses its gradient)."""
+    dynamic_sampling: DynamicSamplingSpec | None = None
+    """DAPO's dynamic sampling (unset: off; `{}`: on with the defaults)."""
     rollout_correction: RolloutCorrectionSpec = Field(default_factory=RolloutCorrectionSpec)
     """Importance weights for the gap between the engine's sampling and the learner (on by
     default: token level, truncated at 2)."""
@@ -242,6 +256,10 @@ class AlgorithmSpec(ApiModel):
             field_path=".microBatchSize",
         ),
     )
+
+    def generation_rounds(self) -> int:
+        """The most generation rounds a step may take."""
+        return self.dynamic_sampling.max_rounds if self.dynamic_sampling else 1
 
 
 class LearnerDType(StrEnum):

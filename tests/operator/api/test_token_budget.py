@@ -71,3 +71,12 @@ def test_stop_at_limit_needs_the_next_step_and_its_evaluation():
     assert TokenBudget.of(spec(None, stop=True), 10).refuse_step(10**9, 0) is None
     assert "one step's worst case" in TokenBudget.of(spec(STEP - 1, stop=True), 0).refuse_plan(
         0, 0)
+
+
+def test_dynamic_sampling_counts_every_round_of_every_step():
+    run = spec(4 * 3 * STEP, dynamicSampling={"maxRounds": 3})
+    assert TokenBudget.of(run, None).step_tokens == 3 * STEP
+    assert TokenBudget.of(run, None).refuse_plan(0, 0) is None
+    refusal = TokenBudget.of(spec(4 * 3 * STEP - 1, dynamicSampling={"maxRounds": 3}),
+                             None).refuse_plan(0, 0)
+    assert f"4 step(s) x {3 * STEP} tokens" in refusal

@@ -161,3 +161,36 @@ def test_a_checkpointed_state_with_sealed_groups_restores_through_the_journal(tm
     assert resumed.requests() == [] and resumed.counts.reused_groups == 2
     with pytest.raises(LedgerStateError, match="weight version 2 in the checkpoint of step 3"):
         RolloutLedger.restore(state, 3, PROMPT_GROUP, journal)
+
+
+def test_dynamic_samplings_later_rounds_are_journaled_and_reused_at_their_positions(tmp_path):
+    """A second generation round adds groups at the next positions (0.2, 0.3); a restart
+    takes them over when the resumed step reaches that round again, and abandons them at the
+    step's end when it does not."""
+    journal_dir = tmp_path / "rollouts"
+    first = RolloutLedger(SIBLING, Journal(journal_dir))
+    first.open_step(0, [4, 9], [100, 200], G)
+    _generate(first)
+    first.add_groups([5, 7], [500, 600], G)
+    assert [r.group_id for r in first.requests()] == ["0.2", "0.3"]
+    _generate(first, fail_after=3)  # 0.2 whole, one sibling of 0.3, then the crash
+    assert list(first.group_scores()) == ["0.0", "0.1", "0.2"]  # sealed groups only
+    first.journal.close()
+    shutil.copytree(journal_dir, tmp_path / "unreached")
+
+    resumed, _ = RolloutLedger.restore(None, 0, SIBLING, Journal(journal_dir))
+    resumed.open_step(0, [4, 9], [100, 200], G)
+    resumed.add_groups([5, 7], [500, 600], G)
+    assert [(r.group_id, r.slots, r.seed) for r in resumed.requests()] == [("0.3", (1,), 601)]
+    assert resumed.counts.reused_groups == 3
+    _generate(resumed)
+    groups, scores = resumed.batch(["0.2", "0.0"])  # the chosen groups, in the chosen order
+    assert [len(g) for g in groups] == [G, G] and scores[G:] == [0.0, 0.25]
+
+    # Resumed where the step no longer takes a second round: those groups are abandoned when
+    # the step closes (a sealed sibling of 0.3 and 0.2's two: three attempts).
+    unreached, _ = RolloutLedger.restore(None, 0, SIBLING, Journal(tmp_path / "unreached"))
+    unreached.open_step(0, [4, 9], [100, 200], G)
+    before = unreached.counts.abandoned_attempts
+    unreached.close_step()
+    assert unreached.counts.abandoned_attempts - before == 3

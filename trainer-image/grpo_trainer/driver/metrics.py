@@ -105,6 +105,12 @@ STEP_FIGURES: tuple[tuple[str, str, Callable[[StepFigures], float | None]], ...]
      "maxResponseTokens.", lambda f: f.truncated_fraction),
     ("skipped_updates", "Optimizer updates of the last step dropped for a non-finite "
      "gradient.", lambda f: f.skipped_updates),
+    ("generation_rounds", "Generation rounds the last step took (dynamic sampling).",
+     lambda f: f.generation_rounds),
+    ("filtered_groups", "Prompt groups of the last step left out because their completions "
+     "all scored the same (dynamic sampling).", lambda f: f.filtered_groups),
+    ("shortfall_groups", "Uniform prompt groups the last step trained on because its "
+     "generation rounds ran out (dynamic sampling).", lambda f: f.shortfall_groups),
     ("mismatch_kl", "KL estimate (k3) between the engine's sampling distribution and the "
      "learner's in the last step.", lambda f: f.mismatch_kl),
     ("importance_weight_mean", "Mean rollout-correction importance weight per response token "

@@ -1,7 +1,8 @@
 """The rollout ledger: prompt-group lineage of the current step, and what a restart reuses.
 
 ``Trainer.train_step`` drives it: ``open_step`` makes the step's groups (taking over matching
-groups carried from before a restart), ``requests`` says what must still be generated,
+groups carried from before a restart) and ``add_groups`` more of them (dynamic sampling's later
+rounds, at the next positions), ``requests`` says what must still be generated,
 ``dispatch`` / ``seal`` / ``fail`` move physical attempts through their states and write the
 journal, ``batch`` hands the groups to the learner, ``close_step`` forgets them. ``state()`` is
 what a checkpoint saves; ``restore`` rebuilds a ledger from it and the journal.
@@ -88,13 +89,20 @@ class RolloutLedger:
 
     def open_step(self, step: int, prompt_indices: list[int], seeds: list[int],
                   group_size: int) -> None:
-        """Make step ``step``'s groups (weight version ``step``), taking over carried ones."""
+        """Make step ``step``'s first groups (weight version ``step``), taking over carried
+        ones."""
         self.weight_version = step
         self.groups = {}
-        for position, (index, seed) in enumerate(zip(prompt_indices, seeds, strict=True)):
-            gid = f"{step}.{position}"
-            group = GroupRecord(id=gid, prompt_index=index, weight_version=step, seed=seed,
-                                group_size=group_size, state=GroupState.GENERATING)
+        self.add_groups(prompt_indices, seeds, group_size)
+
+    def add_groups(self, prompt_indices: list[int], seeds: list[int], group_size: int) -> None:
+        """More groups for the open step, at the next positions (dynamic sampling's later
+        rounds), taking over carried ones as ``open_step`` does."""
+        first = len(self.groups)
+        for offset, (index, seed) in enumerate(zip(prompt_indices, seeds, strict=True)):
+            gid = f"{self.weight_version}.{first + offset}"
+            group = GroupRecord(id=gid, prompt_index=index, weight_version=self.weight_version,
+                                seed=seed, group_size=group_size, state=GroupState.GENERATING)
             old = self.carried.pop(gid, None)
             if old is not None and (old.prompt_index, old.seed, old.group_size) == (
                 index, seed, group_size
@@ -103,9 +111,6 @@ class RolloutLedger:
             elif old is not None:
                 self._abandon(old.attempts)
             self.groups[gid] = group
-        for old in self.carried.values():  # positions this step no longer has
-            self._abandon(old.attempts)
-        self.carried = {}
 
     def _take_over(self, old: GroupRecord) -> GroupRecord:
         sealed = old.sealed_slots()
@@ -201,10 +206,18 @@ class RolloutLedger:
                 if a.id in wanted and a.state in LIVE:
                     a.state = AttemptState.FAILED
 
-    def batch(self) -> tuple[list[list[Completion]], list[float]]:
-        """Every group's completions in slot order, and the flat scores (all groups sealed)."""
+    def group_scores(self) -> dict[str, list[float]]:
+        """Each sealed group's scores in slot order, by group id (position order)."""
+        return {gid: [self.payload[g.sealed_slots()[s].id].reward for s in range(g.group_size)]
+                for gid, g in self.groups.items() if g.state == GroupState.SEALED}
+
+    def batch(self, group_ids: list[str] | None = None
+              ) -> tuple[list[list[Completion]], list[float]]:
+        """The completions of ``group_ids`` (default: every group) in slot order, and the flat
+        scores (those groups must be sealed)."""
         groups, scores = [], []
-        for group in self.groups.values():
+        chosen = self.groups.values() if group_ids is None else [self.groups[g] for g in group_ids]
+        for group in chosen:
             if group.state != GroupState.SEALED:
                 raise ValueError(f"group {group.id} is not sealed")
             sealed = group.sealed_slots()
@@ -214,10 +227,14 @@ class RolloutLedger:
         return groups, scores
 
     def close_step(self) -> None:
-        """The step's update is done: its groups are consumed, the weights one version on."""
+        """The step's update is done: its groups are consumed, carried groups it did not reach
+        are abandoned, the weights one version on."""
         for group in self.groups.values():
             for a in group.attempts:
                 self.payload.pop(a.id, None)
+        for old in self.carried.values():  # positions this step no longer has
+            self._abandon(old.attempts)
+        self.carried = {}
         self.groups = {}
         self.weight_version += 1
 
