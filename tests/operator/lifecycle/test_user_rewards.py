@@ -25,6 +25,7 @@ from kubernetes import client
 
 from grpo_operator.api.digest import DigestManifest
 from grpo_trainer.toy import LETTERS_SOURCE
+from tests.json_http import send_json
 from tests.operator.lifecycle.runs import tiny_example
 from tests.waiting import wait_for
 
@@ -165,7 +166,7 @@ class RewardServer:
                 except (ValueError, KeyError, TypeError, AssertionError) as e:
                     with server.lock:
                         server.malformed.append(f"{e!r}: {body[:200]!r}")
-                    return self._answer(400, {"error": "malformed"})
+                    return send_json(self, 400, {"error": "malformed"})
                 with server.lock:
                     first = batch not in server.refused
                     if first:
@@ -173,16 +174,8 @@ class RewardServer:
                     else:
                         server.scored.append(batch)
                 if first:
-                    return self._answer(503, {"error": "try again"})
-                return self._answer(200, {"scores": scores})
-
-            def _answer(self, code: int, document: dict) -> None:
-                data = json.dumps(document).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                    return send_json(self, 503, {"error": "try again"})
+                return send_json(self, 200, {"scores": scores})
 
             def log_message(self, *args) -> None:
                 pass

@@ -20,6 +20,7 @@ from grpo_trainer.rewards import (
 )
 from grpo_trainer.rewards.http_reward import HttpReward
 from grpo_trainer.rewards.python_reward import PythonReward, RewardLoadError
+from tests.json_http import send_json
 
 USER_CODE = '''
 import math, os, time
@@ -150,27 +151,18 @@ class _Verifier:
         behaviour = items[0]["completion"]
         time.sleep(0.2)  # long enough for requests to overlap
         if behaviour == "flaky" and first_try:
-            return self._send(handler, 503, {"error": "warming up"})
+            return send_json(handler, 503, {"error": "warming up"})
         if behaviour == "slow":
             time.sleep(1.5)
         if behaviour == "bad-request":
-            return self._send(handler, 400, {"error": "no"})
+            return send_json(handler, 400, {"error": "no"})
         scores = [float(i["completion"] == i["groundTruth"]) for i in items]
         if behaviour == "short":
             scores = scores[:-1]
         if behaviour == "nan":
             scores = [None, "1"] + scores[2:]
         assert all(i["dataSource"] == "letters" for i in items)
-        return self._send(handler, 200, {"scores": scores})
-
-    @staticmethod
-    def _send(handler, status: int, document: dict) -> None:
-        data = json.dumps(document).encode()
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(data)))
-        handler.end_headers()
-        handler.wfile.write(data)
+        return send_json(handler, 200, {"scores": scores})
 
     def close(self) -> None:
         self.server.shutdown()

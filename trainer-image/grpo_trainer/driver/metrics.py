@@ -163,20 +163,14 @@ class ReportGauges:
     def _step(self, figures: StepFigures) -> Iterator[Metric]:
         for name, documentation, figure in STEP_FIGURES:
             yield from self._gauge(name, documentation, figure(figures))
-        clipped = GaugeMetricFamily(
-            PREFIX + "clipped_tokens_ratio", "Share of the last step's response tokens whose "
-            "probability ratio was clipped, by bound (high, low, dual clip).",
-            labels=[*LABELS, "bound"])
-        for bound, field in CLIP_BOUNDS.items():
-            clipped.add_metric([*self._labels, bound], getattr(figures, field))
-        yield clipped
-        failed = GaugeMetricFamily(
-            PREFIX + "reward_failures", "Completions of the last step scored 0 because their "
-            "reward could not be had, by kind (error, timeout, invalid value).",
-            labels=[*LABELS, "kind"])
-        for kind, field in REWARD_FAILURES.items():
-            failed.add_metric([*self._labels, kind], getattr(figures, field))
-        yield failed
+        yield self._by_label(
+            "clipped_tokens_ratio", "Share of the last step's response tokens whose "
+            "probability ratio was clipped, by bound (high, low, dual clip).", "bound",
+            CLIP_BOUNDS, figures)
+        yield self._by_label(
+            "reward_failures", "Completions of the last step scored 0 because their reward "
+            "could not be had, by kind (error, timeout, invalid value).", "kind",
+            REWARD_FAILURES, figures)
         phases = GaugeMetricFamily(
             PREFIX + "phase_seconds", "Duration of each phase of the last step (step: the "
             "whole step, checkpoint excluded); a phase the step did not run has no series.",
@@ -186,6 +180,14 @@ class ReportGauges:
             if seconds is not None:
                 phases.add_metric([*self._labels, phase], seconds)
         yield phases
+
+    def _by_label(self, name: str, documentation: str, label: str, fields: dict[str, str],
+                  figures: StepFigures) -> GaugeMetricFamily:
+        """One family, a series per ``fields`` entry (label value -> figure name)."""
+        family = GaugeMetricFamily(PREFIX + name, documentation, labels=[*LABELS, label])
+        for value, field in fields.items():
+            family.add_metric([*self._labels, value], getattr(figures, field))
+        return family
 
     def _gauge(self, name: str, documentation: str,
                value: float | None) -> Iterator[GaugeMetricFamily]:
