@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -30,7 +30,7 @@ from grpo_trainer.evaluation import Evaluation, Evaluator
 from grpo_trainer.journal.ledger import SIBLING, RolloutLedger
 from grpo_trainer.learner.group import LearnerGroup
 from grpo_trainer.learner.update import REJECTED, UpdatePlan
-from grpo_trainer.rewards.batch import Reward, RewardFailures, RewardItem, score_all
+from grpo_trainer.rewards.batch import Reward, RewardFailures, RewardItem, scored
 from grpo_trainer.rollout.engine import SamplingSettings
 from grpo_trainer.rollout.pool import EnginePool
 from grpo_trainer.sampler import PromptSampler
@@ -40,6 +40,7 @@ from grpo_trainer.weight_channel import WeightChannel
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 AfterStepHook = Callable[["Trainer", StepMetrics], None]
 Gate = Callable[["Trainer"], str | None]
 """Returns why the run must stop before the next step (None: go on)."""
@@ -299,8 +300,9 @@ class Trainer:
                              sampling if self.config.generation_rounds > 1 else None)
 
     def _rollouts(self, rows) -> tuple[float, RewardFailures]:
-        """Generate the missing completions of the open groups, score them together and seal
-        each one; returns the seconds spent scoring and the completions the reward failed."""
+        """Generate the missing completions of the open groups, score them (a batch reward all
+        at once) and seal each one as soon as it is scored; returns the seconds spent scoring
+        (not sealing) and the completions the reward failed."""
         requests = self.rollouts.requests()
         if not requests:
             return 0.0, RewardFailures()
@@ -316,20 +318,18 @@ class Trainer:
         generated = [(req, attempt_id, completion, by_group[req.group_id])
                      for req, ids, completions in zip(requests, attempts, outputs, strict=True)
                      for attempt_id, completion in zip(ids, completions, strict=True)]
-        start = time.perf_counter()
-        try:
-            scores, failures = score_all(self.reward_fn, [
-                RewardItem(completion.text, row.ground_truth, row.data_source)
-                for _, _, completion, row in generated])
-        except Exception:
-            self.rollouts.fail([a for ids in attempts for a in ids])
-            raise
-        reward_s = time.perf_counter() - start
-        for (req, attempt_id, completion, row), score in zip(generated, scores, strict=True):
+        items = [RewardItem(completion.text, row.ground_truth, row.data_source)
+                 for _, _, completion, row in generated]
+        # Each completion is sealed (journaled) the moment its score is known: a crash loses
+        # only what was still being scored.
+        failures = RewardFailures()
+        spent = [0.0]
+        for index, score in _timed(scored(self.reward_fn, items, failures), spent):
+            req, attempt_id, completion, row = generated[index]
             self.rollouts.seal(req.group_id, attempt_id, completion, score, len(row.prompt_ids))
             if self.on_tokens is not None:
                 self.on_tokens(len(row.prompt_ids), len(completion.token_ids))
-        return reward_s, failures
+        return spent[0], failures
 
     def _metrics(self, groups, prompts, scores, learn, t0, t1, t2, t3, t4, sync_s,
                  indices, evaluation: Evaluation | None,
@@ -383,3 +383,17 @@ class Trainer:
             scores=tuple(float(x) for x in scores.tolist()),
             evaluation=evaluation,
         )
+
+
+def _timed(items: Iterator[T], spent: list[float]) -> Iterator[T]:
+    """``items``, adding the seconds spent producing them (not consuming them) to
+    ``spent[0]``."""
+    while True:
+        start = time.perf_counter()
+        try:
+            item = next(items)
+        except StopIteration:
+            spent[0] += time.perf_counter() - start
+            return
+        spent[0] += time.perf_counter() - start
+        yield item

@@ -65,27 +65,27 @@ def _items(*completions: str, truth: str = "a") -> list[RewardItem]:
 
 
 def test_a_python_reward_scores_in_order_and_counts_what_fails(pool):
-    scores, failures = pool.score_batch(_items("a", "b", "raise", "nan", "text", "source", "a"))
+    scores, failures = score_all(pool, _items("a", "b", "raise", "nan", "text", "source", "a"))
     assert scores == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0]
     assert failures == RewardFailures(errors=1, timeouts=0, invalid=2)
 
 
 def test_a_hanging_or_dying_call_is_bounded_and_its_worker_replaced(pool):
     start = time.monotonic()
-    scores, failures = pool.score_batch(_items("hang", "a", "die", "a", "hang", "a"))
+    scores, failures = score_all(pool, _items("hang", "a", "die", "a", "hang", "a"))
     elapsed = time.monotonic() - start
     assert scores == [0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
     assert failures == RewardFailures(errors=1, timeouts=2, invalid=0)
     # Two workers, two 1 s hangs: bounded by the timeout, not by the 60 s sleeps.
     assert elapsed < 20, elapsed
     # The replaced workers serve the next batch.
-    assert pool.score_batch(_items("a", "a", "a")) == ([1.0, 1.0, 1.0], RewardFailures())
+    assert score_all(pool, _items("a", "a", "a")) == ([1.0, 1.0, 1.0], RewardFailures())
 
 
 def test_the_users_prints_never_reach_the_trainers_stdout(reward_file, capfd):
     reward = PythonReward(str(reward_file), "score", workers=1)  # started under capfd
     try:
-        assert reward.score_batch(_items("print"))[0] == [0.5]
+        assert score_all(reward, _items("print"))[0] == [0.5]
     finally:
         reward.close()
     out, err = capfd.readouterr()
@@ -181,7 +181,7 @@ def test_an_http_reward_batches_concurrently_and_retries_what_the_server_refuses
                         backoff_s=0.05)
     items = _items("flaky", "a", "b", *(["a", "b", "a"] * 3))
     try:
-        scores, failures = reward.score_batch(items)
+        scores, failures = score_all(reward, items)
     finally:
         reward.close()
     assert scores == [0.0, 1.0, 0.0] + [1.0, 0.0, 1.0] * 3
@@ -201,7 +201,7 @@ def test_an_http_batch_that_fails_scores_zero_and_is_counted(verifier, first, ex
     reward = HttpReward(verifier.url, batch_size=3, max_retries=1, timeout_s=0.8,
                         concurrency=2, backoff_s=0.05)
     try:
-        scores, failures = reward.score_batch(_items(first, "a", "a", "a", "a", "a"))
+        scores, failures = score_all(reward, _items(first, "a", "a", "a", "a", "a"))
     finally:
         reward.close()
     assert failures == expected
@@ -214,7 +214,7 @@ def test_a_server_that_is_down_fails_its_items_after_the_retries():
     reward = HttpReward("http://127.0.0.1:9/score", batch_size=4, max_retries=2,
                         timeout_s=0.5, backoff_s=0.01)
     try:
-        assert reward.score_batch(_items("a", "a")) == ([0.0, 0.0], RewardFailures(errors=2))
+        assert score_all(reward, _items("a", "a")) == ([0.0, 0.0], RewardFailures(errors=2))
     finally:
         reward.close()
 
@@ -238,3 +238,17 @@ def test_the_spec_builds_each_kind_of_reward(reward_file, verifier):
         http.close()
     builtin = build_run_reward(RewardSpec.model_validate({"name": "exact_match"}), None)
     assert score_all(builtin, _items("a", "b")) == ([1.0, 0.0], RewardFailures())
+
+
+def test_a_stream_left_midway_leaves_no_stale_call_for_the_next_batch(reward_file):
+    """Scores stream out as they come; a consumer that stops early (the trainer died while
+    sealing) must not leave a running call to answer the next batch's items."""
+    reward = PythonReward(str(reward_file), "score", timeout_s=5.0, workers=2)
+    try:
+        stream = reward.score_stream(_items("a", "hang", "b", "b"), RewardFailures())
+        first = next(stream)
+        assert first == (0, 1.0)  # the quick one first, while "hang" still runs
+        stream.close()
+        assert score_all(reward, _items("b", "a")) == ([0.0, 1.0], RewardFailures())
+    finally:
+        reward.close()

@@ -4,12 +4,16 @@ The built-in rewards are plain functions ``(completion, ground_truth) -> float``
 fail. The user's own (``python``, ``http``) run code the trainer does not control: they score a
 whole batch at a time (in worker processes, or in requests to a server), and a completion whose
 score cannot be had scores 0 and is counted as an error, a timeout or an invalid value.
+
+Scores are streamed (``scored``): each comes out as soon as it is known, in whatever order, so
+the trainer seals (journals) every completion the moment it is scored and a crash loses only
+what was still being scored.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -47,8 +51,10 @@ class RewardFailures:
 class BatchReward(Protocol):
     """A reward that scores batches and may fail (see the module docstring)."""
 
-    def score_batch(self, items: Sequence[RewardItem]) -> tuple[list[float], RewardFailures]:
-        """One score per item, in order (0 for a failed one), and the failures."""
+    def score_stream(self, items: Sequence[RewardItem],
+                     failures: RewardFailures) -> Iterator[tuple[int, float]]:
+        """``(index, score)`` for every item as soon as it is scored (0 for a failed one,
+        counted in ``failures``)."""
         ...
 
     def close(self) -> None:
@@ -59,11 +65,24 @@ class BatchReward(Protocol):
 Reward = RewardFn | BatchReward
 
 
-def score_all(reward: Reward, items: Sequence[RewardItem]) -> tuple[list[float], RewardFailures]:
-    """Score ``items`` with a batch reward or, one by one, with a plain function."""
+def scored(reward: Reward, items: Sequence[RewardItem],
+           failures: RewardFailures) -> Iterator[tuple[int, float]]:
+    """``(index, score)`` of every item as soon as it is known: from a batch reward's stream, or
+    from a plain function called item by item."""
     if isinstance(reward, BatchReward):
-        return reward.score_batch(items)
-    return [float(reward(i.completion, i.ground_truth)) for i in items], RewardFailures()
+        yield from reward.score_stream(items, failures)
+        return
+    for index, item in enumerate(items):
+        yield index, float(reward(item.completion, item.ground_truth))
+
+
+def score_all(reward: Reward, items: Sequence[RewardItem]) -> tuple[list[float], RewardFailures]:
+    """Every item's score, in order, and the failures."""
+    scores = [0.0] * len(items)
+    failures = RewardFailures()
+    for index, score in scored(reward, items, failures):
+        scores[index] = score
+    return scores, failures
 
 
 def as_score(value: object) -> float | None:

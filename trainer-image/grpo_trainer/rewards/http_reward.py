@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from grpo_trainer.rewards.batch import RewardFailures, RewardItem, as_score
 
@@ -47,22 +47,28 @@ class HttpReward:
         self._session.mount("https://", adapter)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="grpo-reward-http")
 
-    def score_batch(self, items: Sequence[RewardItem]) -> tuple[list[float], RewardFailures]:
-        chunks = [items[i : i + self.batch_size] for i in range(0, len(items), self.batch_size)]
-        scores: list[float] = []
-        failures = RewardFailures()
+    def score_stream(self, items: Sequence[RewardItem],
+                     failures: RewardFailures) -> Iterator[tuple[int, float]]:
+        starts = range(0, len(items), self.batch_size)
+        futures = {self._pool.submit(self._score_chunk, items[i : i + self.batch_size]): i
+                   for i in starts}
         problems = []
-        for chunk_scores, chunk_failures, problem in self._pool.map(self._score_chunk, chunks):
-            scores.extend(chunk_scores)
-            failures.add(chunk_failures)
-            if problem:
-                problems.append(problem)
-        if failures.total:
-            log.warning("reward %s: %d of %d completions scored 0 (%d errors, %d timeouts, "
-                        "%d invalid)%s", self.url, failures.total, len(items), failures.errors,
-                        failures.timeouts, failures.invalid,
-                        f", e.g. {problems[0]}" if problems else "")
-        return scores, failures
+        failed = 0
+        try:
+            for future in as_completed(futures):
+                chunk_scores, chunk_failures, problem = future.result()
+                failures.add(chunk_failures)
+                failed += chunk_failures.total
+                if problem:
+                    problems.append(problem)
+                for offset, score in enumerate(chunk_scores):
+                    yield futures[future] + offset, score
+        finally:
+            for future in futures:
+                future.cancel()
+        if failed:
+            log.warning("reward %s: %d of %d completions scored 0%s", self.url, failed,
+                        len(items), f", e.g. {problems[0]}" if problems else "")
 
     def _score_chunk(self, chunk: Sequence[RewardItem]
                      ) -> tuple[list[float], RewardFailures, str | None]:

@@ -26,7 +26,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 
 from grpo_trainer.rewards.batch import RewardFailures, RewardItem, as_score
@@ -136,50 +136,59 @@ class PythonReward:
         fresh.wait_ready(self.start_timeout_s)
         return fresh
 
-    def score_batch(self, items: Sequence[RewardItem]) -> tuple[list[float], RewardFailures]:
-        scores = [0.0] * len(items)
-        failures = RewardFailures()
+    def score_stream(self, items: Sequence[RewardItem],
+                     failures: RewardFailures) -> Iterator[tuple[int, float]]:
+        before = RewardFailures(failures.errors, failures.timeouts, failures.invalid)
         first_error: str | None = None
         pending = deque(enumerate(items))
         idle = list(self._workers)
         busy: dict[Connection, tuple[_Worker, int, float]] = {}
-        while pending or busy:
-            while pending and idle:
-                worker = idle.pop()
-                index, item = pending.popleft()
-                worker.conn.send((item.completion, item.ground_truth,
-                                  {"data_source": item.data_source}))
-                busy[worker.conn] = (worker, index, time.monotonic() + self.timeout_s)
-            soonest = min(deadline for _, _, deadline in busy.values())
-            for conn in wait(list(busy), timeout=max(0.0, soonest - time.monotonic())):
-                worker, index, _ = busy.pop(conn)
-                try:
-                    kind, value = conn.recv()
-                except (EOFError, OSError):
-                    kind, value = "error", "the reward worker died"
-                    worker = self._replace(worker)
-                if kind == "ok":
-                    scores[index] = value
-                elif kind == "invalid":
-                    failures.invalid += 1
-                    first_error = first_error or f"returned {value}, not a finite number"
-                else:
-                    failures.errors += 1
-                    first_error = first_error or value
-                idle.append(worker)
-            now = time.monotonic()
-            for conn, (worker, _index, deadline) in list(busy.items()):
-                if now >= deadline:
-                    del busy[conn]
-                    failures.timeouts += 1
-                    first_error = first_error or f"a call took over {self.timeout_s:g} s"
-                    idle.append(self._replace(worker))
-        if failures.total:
+        try:
+            while pending or busy:
+                while pending and idle:
+                    worker = idle.pop()
+                    index, item = pending.popleft()
+                    worker.conn.send((item.completion, item.ground_truth,
+                                      {"data_source": item.data_source}))
+                    busy[worker.conn] = (worker, index, time.monotonic() + self.timeout_s)
+                soonest = min(deadline for _, _, deadline in busy.values())
+                for conn in wait(list(busy), timeout=max(0.0, soonest - time.monotonic())):
+                    worker, index, _ = busy.pop(conn)
+                    try:
+                        kind, value = conn.recv()
+                    except (EOFError, OSError):
+                        kind, value = "error", "the reward worker died"
+                        worker = self._replace(worker)
+                    idle.append(worker)
+                    if kind == "ok":
+                        yield index, value
+                        continue
+                    if kind == "invalid":
+                        failures.invalid += 1
+                        first_error = first_error or f"returned {value}, not a finite number"
+                    else:
+                        failures.errors += 1
+                        first_error = first_error or value
+                    yield index, 0.0
+                now = time.monotonic()
+                for conn, (worker, index, deadline) in list(busy.items()):
+                    if now >= deadline:
+                        del busy[conn]
+                        failures.timeouts += 1
+                        first_error = first_error or f"a call took over {self.timeout_s:g} s"
+                        idle.append(self._replace(worker))
+                        yield index, 0.0
+        finally:
+            # Abandoned midway (the consumer raised): calls still running would answer the
+            # next batch's items; their workers go.
+            for worker, _, _ in busy.values():
+                self._replace(worker)
+        failed = failures.total - before.total
+        if failed:
             log.warning("reward %s:%s: %d of %d completions scored 0 (%d errors, %d timeouts, "
-                        "%d invalid), e.g. %s", self.path, self.function, failures.total,
-                        len(items), failures.errors, failures.timeouts, failures.invalid,
-                        first_error)
-        return scores, failures
+                        "%d invalid), e.g. %s", self.path, self.function, failed, len(items),
+                        failures.errors - before.errors, failures.timeouts - before.timeouts,
+                        failures.invalid - before.invalid, first_error)
 
     def close(self) -> None:
         for worker in self._workers:
