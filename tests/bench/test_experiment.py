@@ -14,7 +14,7 @@ from grpo_trainer.trainer import TrainerConfig
 def _trainer_config(exp: Experiment, tmp_path) -> TrainerConfig:
     raw = toy.tiny_spec(tmp_path, tmp_path, tmp_path)
     raw["algorithm"] = exp.algorithm()
-    return TrainerConfig.from_algorithm(GRPORunSpec.model_validate(raw).algorithm)
+    return TrainerConfig.from_spec(GRPORunSpec.model_validate(raw))
 
 
 @pytest.mark.parametrize("exp", EXPERIMENTS, ids=lambda e: e.name)
@@ -40,6 +40,9 @@ def test_both_sides_run_the_same_experiment(exp, tmp_path):
     assert algo.loss_aggregation == "token-mean" and trl["loss_type"] == "dapo"
     assert algo.normalize_advantage_by_std and trl["scale_rewards"] == "group"
     assert algo.temperature == trl["temperature"]
+    # The rollout correction is on, as by default (TRL's vLLM path corrects by default too);
+    # with a float32 engine at topP 1 its weights are 1 to float noise.
+    assert algo.rollout_correction.level == "token" and ours.top_p == 1.0
     assert exp.algorithm()["learningRate"] == trl["learning_rate"]
     assert trl["bf16"] is False and trl["gradient_checkpointing"] is False
 
