@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
@@ -40,7 +40,6 @@ from grpo_trainer.weight_channel import WeightChannel
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 AfterStepHook = Callable[["Trainer", StepMetrics], None]
 Gate = Callable[["Trainer"], str | None]
 """Returns why the run must stop before the next step (None: go on)."""
@@ -221,6 +220,10 @@ class Trainer:
         base = random.Random(key).getrandbits(48)
         return [base + i * self.config.group_size for i in range(count)]
 
+    def _by_group(self, rows: list[PromptRow]) -> dict[str, PromptRow]:
+        """The open step's rows by group id (a group's id is its position in the step)."""
+        return {f"{self.step}.{p}": row for p, row in enumerate(rows)}
+
     def _draw(self, drawn: list[int]) -> list[PromptRow]:
         """The sampler's next prompts (their indices appended to ``drawn``)."""
         indices = self.sampler.next_batch()
@@ -242,10 +245,11 @@ class Trainer:
         # 2-3. Generate what the ledger still lacks, score and seal each completion; with
         # dynamic sampling, more rounds of prompts while too few groups have a spread.
         reward_s, reward_failures = self._rollouts(rows)
-        sampling = DynamicSampling(self.config.prompts_per_step)
-        while self.config.generation_rounds > 1:
+        rounds = self.config.generation_rounds
+        sampling = DynamicSampling(self.config.prompts_per_step) if rounds > 1 else None
+        while sampling is not None:
             sampling.judge(self.rollouts.group_scores())
-            if sampling.full or sampling.rounds == self.config.generation_rounds:
+            if sampling.full or sampling.rounds == rounds:
                 break
             more = self._draw(drawn)
             self.rollouts.add_groups([row.index for row in more],
@@ -256,10 +260,10 @@ class Trainer:
             reward_s += more_s
             reward_failures.add(more_failures)
             sampling.rounds += 1
-        chosen = sampling.chosen() if self.config.generation_rounds > 1 else None
+        chosen = sampling.chosen() if sampling is not None else None
         groups, scores = self.rollouts.batch(chosen)
-        position = {f"{self.step}.{p}": row for p, row in enumerate(rows)}
-        trained = [position[g] for g in chosen] if chosen is not None else rows
+        by_group = self._by_group(rows)
+        trained = [by_group[g] for g in chosen] if chosen is not None else rows
         prompts = [list(row.prompt_ids) for row in trained]
         t2 = time.perf_counter()
         t1 = t2 - reward_s  # generating and scoring interleave; scoring time is summed apart
@@ -296,8 +300,7 @@ class Trainer:
             self.rollouts.spent_on_evaluation(evaluation.prompt_tokens,
                                               evaluation.generated_tokens)
         return self._metrics(groups, prompts, batch["scores"], learn, t0, t1, t2, t3, t4, sync_s,
-                             tuple(drawn), evaluation, reward_failures,
-                             sampling if self.config.generation_rounds > 1 else None)
+                             tuple(drawn), evaluation, reward_failures, sampling)
 
     def _rollouts(self, rows) -> tuple[float, RewardFailures]:
         """Generate the missing completions of the open groups, score them (a batch reward all
@@ -307,7 +310,7 @@ class Trainer:
         if not requests:
             return 0.0, RewardFailures()
         attempts = self.rollouts.dispatch(requests)
-        by_group = {f"{self.step}.{p}": row for p, row in enumerate(rows)}
+        by_group = self._by_group(rows)
         try:
             outputs = self.engines.generate(
                 [list(by_group[r.group_id].prompt_ids) for r in requests],
@@ -323,13 +326,19 @@ class Trainer:
         # Each completion is sealed (journaled) the moment its score is known: a crash loses
         # only what was still being scored.
         failures = RewardFailures()
-        spent = [0.0]
-        for index, score in _timed(scored(self.reward_fn, items, failures), spent):
+        stream = scored(self.reward_fn, items, failures)
+        reward_s = 0.0
+        while True:
+            start = time.perf_counter()  # the reward's time, not the sealing's
+            item = next(stream, None)
+            reward_s += time.perf_counter() - start
+            if item is None:
+                return reward_s, failures
+            index, score = item
             req, attempt_id, completion, row = generated[index]
             self.rollouts.seal(req.group_id, attempt_id, completion, score, len(row.prompt_ids))
             if self.on_tokens is not None:
                 self.on_tokens(len(row.prompt_ids), len(completion.token_ids))
-        return spent[0], failures
 
     def _metrics(self, groups, prompts, scores, learn, t0, t1, t2, t3, t4, sync_s,
                  indices, evaluation: Evaluation | None,
@@ -384,16 +393,3 @@ class Trainer:
             evaluation=evaluation,
         )
 
-
-def _timed(items: Iterator[T], spent: list[float]) -> Iterator[T]:
-    """``items``, adding the seconds spent producing them (not consuming them) to
-    ``spent[0]``."""
-    while True:
-        start = time.perf_counter()
-        try:
-            item = next(items)
-        except StopIteration:
-            spent[0] += time.perf_counter() - start
-            return
-        spent[0] += time.perf_counter() - start
-        yield item

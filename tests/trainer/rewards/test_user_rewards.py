@@ -252,3 +252,16 @@ def test_a_stream_left_midway_leaves_no_stale_call_for_the_next_batch(reward_fil
         assert score_all(reward, _items("b", "a")) == ([0.0, 1.0], RewardFailures())
     finally:
         reward.close()
+
+
+def test_an_answer_too_long_is_not_read_to_its_end(verifier, monkeypatch):
+    """A server that answers without end fills nothing: reading stops at the bound."""
+    import grpo_trainer.rewards.http_reward as http_reward
+
+    monkeypatch.setattr(http_reward, "MAX_RESPONSE_BYTES", 100)
+    reward = HttpReward(verifier.url, batch_size=64, max_retries=0, timeout_s=5)
+    try:
+        # 64 scores of JSON are over 300 bytes.
+        assert score_all(reward, _items(*["a"] * 64)) == ([0.0] * 64, RewardFailures(errors=64))
+    finally:
+        reward.close()

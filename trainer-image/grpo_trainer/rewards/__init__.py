@@ -57,7 +57,6 @@ _REGISTRY: dict[str, tuple[Callable[..., RewardFn], dict[str, tuple[str, type]],
     ),
 }
 
-USER_REWARDS = ("python", "http")  # built by build_run_reward
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_CONCURRENCY = 4
 REWARD_NAMES = tuple(_REGISTRY)
@@ -119,7 +118,6 @@ def build_run_reward(spec: Any, reward_file: str | None) -> Reward:
 __all__ = [
     "REWARD_NAMES",
     "REWARD_OPTIONS",
-    "USER_REWARDS",
     "BatchReward",
     "Reward",
     "RewardFailures",

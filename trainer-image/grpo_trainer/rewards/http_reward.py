@@ -6,12 +6,13 @@ number (or boolean) per item, in order. Up to ``concurrency`` requests are in fl
 that cannot connect, times out (``timeout_s``, for connecting and for each read) or is answered
 429 or 5xx is retried up to ``max_retries`` times, waiting ``backoff_s`` doubling in between;
 what still fails scores 0 for each of its items (timeouts if the last try timed out, errors
-otherwise). Another 4xx, or an answer that is not the JSON above, is not retried: its items
-score 0 as errors. A score that is not a finite number scores 0 as invalid.
+otherwise). Another 4xx, or an answer that is not the JSON above (or is longer than
+``MAX_RESPONSE_BYTES``, where reading stops), is not retried: its items score 0 as errors. A score that is not a finite number scores 0 as invalid.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -53,21 +54,21 @@ class HttpReward:
         futures = {self._pool.submit(self._score_chunk, items[i : i + self.batch_size]): i
                    for i in starts}
         problems = []
-        failed = 0
+        mine = RewardFailures()  # this batch's, added to ``failures`` at its end
         try:
             for future in as_completed(futures):
                 chunk_scores, chunk_failures, problem = future.result()
-                failures.add(chunk_failures)
-                failed += chunk_failures.total
+                mine.add(chunk_failures)
                 if problem:
                     problems.append(problem)
                 for offset, score in enumerate(chunk_scores):
                     yield futures[future] + offset, score
         finally:
+            failures.add(mine)
             for future in futures:
                 future.cancel()
-        if failed:
-            log.warning("reward %s: %d of %d completions scored 0%s", self.url, failed,
+        if mine.total:
+            log.warning("reward %s: %d of %d completions scored 0%s", self.url, mine.total,
                         len(items), f", e.g. {problems[0]}" if problems else "")
 
     def _score_chunk(self, chunk: Sequence[RewardItem]
@@ -97,7 +98,9 @@ class HttpReward:
     def _post(self, body: dict, expected: int) -> list:
         requests = self._requests
         try:
-            response = self._session.post(self.url, json=body, timeout=self.timeout_s)
+            with self._session.post(self.url, json=body, timeout=self.timeout_s,
+                                    stream=True) as response:
+                content = _bounded(response)
         except requests.Timeout as err:
             raise _Retryable(f"timed out: {err}", timed_out=True) from None
         except requests.RequestException as err:
@@ -105,14 +108,12 @@ class HttpReward:
         if response.status_code == 429 or response.status_code >= 500:
             raise _Retryable(f"HTTP {response.status_code}")
         if response.status_code != 200:
-            raise ValueError(f"HTTP {response.status_code}: {response.text[:200]!r}")
-        if len(response.content) > MAX_RESPONSE_BYTES:
-            raise ValueError(f"the answer is over {MAX_RESPONSE_BYTES} bytes")
+            raise ValueError(f"HTTP {response.status_code}: {content[:200]!r}")
         try:
-            scores = response.json()["scores"]
+            scores = json.loads(content)["scores"]
         except (ValueError, KeyError, TypeError):
-            raise ValueError(f'the answer is not {{"scores": [...]}}: '
-                             f"{response.text[:200]!r}") from None
+            raise ValueError(f'the answer is not {{"scores": [...]}}: {content[:200]!r}') \
+                from None
         if not isinstance(scores, list) or len(scores) != expected:
             raise ValueError(f"the answer has {len(scores) if isinstance(scores, list) else 0} "
                              f"scores for {expected} items")
@@ -121,3 +122,14 @@ class HttpReward:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
         self._session.close()
+
+
+def _bounded(response) -> bytes:
+    """The answer's body, read no further than ``MAX_RESPONSE_BYTES`` (a server's mistake, or
+    malice, must not fill the trainer's memory)."""
+    content = bytearray()
+    for chunk in response.iter_content(64 * 1024):
+        content += chunk
+        if len(content) > MAX_RESPONSE_BYTES:
+            raise ValueError(f"the answer is over {MAX_RESPONSE_BYTES} bytes")
+    return bytes(content)

@@ -138,7 +138,7 @@ class PythonReward:
 
     def score_stream(self, items: Sequence[RewardItem],
                      failures: RewardFailures) -> Iterator[tuple[int, float]]:
-        before = RewardFailures(failures.errors, failures.timeouts, failures.invalid)
+        mine = RewardFailures()  # this batch's, added to ``failures`` at its end
         first_error: str | None = None
         pending = deque(enumerate(items))
         idle = list(self._workers)
@@ -164,31 +164,30 @@ class PythonReward:
                         yield index, value
                         continue
                     if kind == "invalid":
-                        failures.invalid += 1
+                        mine.invalid += 1
                         first_error = first_error or f"returned {value}, not a finite number"
                     else:
-                        failures.errors += 1
+                        mine.errors += 1
                         first_error = first_error or value
                     yield index, 0.0
                 now = time.monotonic()
                 for conn, (worker, index, deadline) in list(busy.items()):
                     if now >= deadline:
                         del busy[conn]
-                        failures.timeouts += 1
+                        mine.timeouts += 1
                         first_error = first_error or f"a call took over {self.timeout_s:g} s"
                         idle.append(self._replace(worker))
                         yield index, 0.0
         finally:
+            failures.add(mine)
             # Abandoned midway (the consumer raised): calls still running would answer the
             # next batch's items; their workers go.
             for worker, _, _ in busy.values():
                 self._replace(worker)
-        failed = failures.total - before.total
-        if failed:
+        if mine.total:
             log.warning("reward %s:%s: %d of %d completions scored 0 (%d errors, %d timeouts, "
-                        "%d invalid), e.g. %s", self.path, self.function, failed, len(items),
-                        failures.errors - before.errors, failures.timeouts - before.timeouts,
-                        failures.invalid - before.invalid, first_error)
+                        "%d invalid), e.g. %s", self.path, self.function, mine.total,
+                        len(items), mine.errors, mine.timeouts, mine.invalid, first_error)
 
     def close(self) -> None:
         for worker in self._workers:
