@@ -7,7 +7,8 @@ that cannot connect, times out (``timeout_s``, for connecting and for each read)
 429 or 5xx is retried up to ``max_retries`` times, waiting ``backoff_s`` doubling in between;
 what still fails scores 0 for each of its items (timeouts if the last try timed out, errors
 otherwise). Another 4xx, or an answer that is not the JSON above (or is longer than
-``MAX_RESPONSE_BYTES``, where reading stops), is not retried: its items score 0 as errors. A score that is not a finite number scores 0 as invalid.
+``MAX_RESPONSE_BYTES``, where reading stops), is not retried: its items score 0 as errors. A
+score that is not a finite number scores 0 as invalid.
 """
 
 from __future__ import annotations
