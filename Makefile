@@ -17,8 +17,9 @@ help:
 venv: ## create .venv and install the project with the extras the tests need
 	@bash hack/setup-venv.sh
 
-controlplane: ## build the pinned control-plane binaries into the cache (once)
+controlplane: ## build the pinned control-plane binaries, Kueue included, into the cache (once)
 	@bash hack/build-controlplane.sh >/dev/null
+	@bash hack/build-kueue.sh >/dev/null
 
 prometheus: ## build Prometheus and promtool from their Go module into the cache (once)
 	@bash hack/build-prometheus.sh >/dev/null

@@ -41,9 +41,11 @@ class Pki:
 COMPONENT_USERS = {
     "controller-manager": ("system:kube-controller-manager", None),
     "scheduler": ("system:kube-scheduler", None),
-    # KWOK and KubeRay run with cluster-admin rights, as their in-cluster deployments do in tests.
+    # KWOK, KubeRay and Kueue run with cluster-admin rights, as their in-cluster deployments do
+    # in tests.
     "kwok": ("kwok-controller", "system:masters"),
     "kuberay": ("kuberay-operator", "system:masters"),
+    "kueue": ("kueue-controller-manager", "system:masters"),
 }
 
 
@@ -152,3 +154,11 @@ def generate(directory: Path) -> Pki:
         )
     )
     return Pki(ca=ca, apiserver=apiserver, admin=admin, sa_key=sa_key_path, sa_pub=sa_pub_path)
+
+
+def issue_serving(pki: Pki, name: str) -> CertPair:
+    """A serving certificate of the cluster's CA for a local server (127.0.0.1, localhost),
+    such as a webhook the API server calls."""
+    ca_cert = x509.load_pem_x509_certificate(pki.ca.cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca.key.read_bytes(), password=None)
+    return _save(pki.ca.cert.parent, name, *_issue(ca_cert, ca_key, _name(name), server=True))

@@ -12,9 +12,11 @@ a Ray node). Shared here, as a kubelet does it:
   Succeeded/Failed with the real exit code (128+N for a signal) — or, under the pod's
   ``restartPolicy`` (``Always``, as KubeRay's pods have), the container started again in the
   same pod after the kubelet's back-off, its restart counted;
-- deletion: SIGTERM now, SIGKILL after the grace period, then the pod is removed as a kubelet
-  removes it. With ``run_pods=False`` nothing is run: pods stay Pending (a node that never
-  starts them) and a deleted one is removed.
+- deletion: the container's preStop ``exec`` hook first (in the container, as ``kubectl exec``
+  would run it), then SIGTERM once it returned, SIGKILL when the grace period (hook included)
+  has passed — 2 s after a late SIGTERM if the hook used the whole grace period, as the kubelet
+  extends it — then the pod is removed as a kubelet removes it. With ``run_pods=False`` nothing
+  is run: pods stay Pending (a node that never starts them) and a deleted one is removed.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import ipaddress
 import logging
 import signal
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -42,6 +45,8 @@ _INPUT_RETRY_S = 1.0
 # The kubelet's container restart back-off: 10 s, doubling, at most 5 minutes.
 _RESTART_BACKOFF_S = 10.0
 _MAX_RESTART_BACKOFF_S = 300.0
+# The kubelet's one-off extension when a preStop hook used up the grace period.
+_LATE_SIGTERM_GRACE_S = 2.0
 
 
 def now() -> str:
@@ -251,6 +256,7 @@ class PodProcess:
     (None while running), ``signal`` and ``cleanup``."""
 
     pod_ip = "127.0.0.1"
+    runs_hooks = False
 
     def __init__(self, runner: PodRunner, pod: dict):
         self.runner = runner
@@ -259,6 +265,7 @@ class PodProcess:
         self.namespace, self.name = meta["namespace"], meta["name"]
         self.dir = runner.pod_dir(self.namespace, self.name)
         self.container = pod["spec"]["containers"][0]
+        self.pre_stop: list[str] | None = None  # read at launch (a bad hook fails the pod)
         self._terminate_at: float | None = None
         self._deleted = False
         self.restarts = 0
@@ -286,6 +293,11 @@ class PodProcess:
     def cleanup(self) -> None:
         """After the exit: anything the pod's processes left behind."""
 
+    def exec_hook(self, argv: list[str]) -> subprocess.Popen:
+        """Start ``argv`` inside the running container (its preStop hook); only where
+        ``runs_hooks``."""
+        raise NotImplementedError
+
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -295,7 +307,7 @@ class PodProcess:
         self._thread.join(timeout)
 
     def terminate(self, grace: float) -> None:
-        """Deletion: SIGTERM now, SIGKILL when the grace period has passed."""
+        """Deletion: the preStop hook, SIGTERM, SIGKILL when the grace period has passed."""
         deadline = time.monotonic() + grace
         if self._terminate_at is None or deadline < self._terminate_at:
             self._terminate_at = deadline
@@ -349,6 +361,10 @@ class PodProcess:
             backoff = min(backoff * 2, _MAX_RESTART_BACKOFF_S)
 
     def _launch_when_inputs_exist(self) -> None:
+        self.pre_stop = podspec.pre_stop_command(self.container)
+        if self.pre_stop and not self.runs_hooks:
+            raise podspec.PodSpecError(f"the harness runs no lifecycle hooks in "
+                                       f"{self.runner.name} pods")
         waiting_since = None
         while True:
             if self._deleted:
@@ -376,21 +392,38 @@ class PodProcess:
 
     def _wait(self, on_ready) -> int:
         signalled = was_ready = False
+        hook: subprocess.Popen | None = None
         while True:
             code = self.exit_code()
             if code is not None:
+                if hook is not None and hook.poll() is None:
+                    hook.kill()
                 return 128 - code if code < 0 else code
             if not was_ready and not self._deleted and self.ready():
                 was_ready = True
                 on_ready()
             if self._terminate_at is not None:
-                if not signalled:
+                if not signalled and hook is None and self.pre_stop:
+                    hook = self._start_hook()
+                late = time.monotonic() >= self._terminate_at
+                if not signalled and (hook is None or hook.poll() is not None or late):
                     self.signal(signal.SIGTERM)
                     signalled = True
-                if time.monotonic() >= self._terminate_at:
+                    if late:
+                        self._terminate_at = time.monotonic() + _LATE_SIGTERM_GRACE_S
+                elif signalled and late:
                     self.signal(signal.SIGKILL)
             self._wake.wait(0.1 if was_ready or self._deleted else 0.5)
             self._wake.clear()
+
+    def _start_hook(self) -> subprocess.Popen | None:
+        log.info("pod %s/%s: preStop hook %s", self.namespace, self.name, self.pre_stop)
+        try:
+            return self.exec_hook(self.pre_stop)
+        except Exception as e:  # noqa: BLE001 - a hook that cannot start: SIGTERM at once
+            log.warning("pod %s/%s: preStop hook failed to start: %s", self.namespace,
+                        self.name, e)
+            return None
 
     def _fail_to_start(self, message: str) -> None:
         log.warning("pod %s/%s cannot start: %s", self.namespace, self.name, message)

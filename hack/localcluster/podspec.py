@@ -80,6 +80,18 @@ def _key(data: dict | None, kind: str, ns: str, name: str, key: str, optional: b
     return data[key]
 
 
+def pre_stop_command(container: dict) -> list[str] | None:
+    """The container's preStop ``exec`` hook, or None. The harness runs no other kind of hook
+    (``httpGet``, ``sleep``): a pod that has one cannot run here."""
+    hook = ((container.get("lifecycle") or {}).get("preStop")) or {}
+    if not hook:
+        return None
+    if set(hook) != {"exec"} or not (hook["exec"] or {}).get("command"):
+        raise PodSpecError(f"container {container['name']}: the harness runs only preStop "
+                           f"hooks of kind exec, not {sorted(hook)}")
+    return list(hook["exec"]["command"])
+
+
 def environment(pod: dict, container: dict, source: ObjectSource) -> dict[str, str]:
     """The container's environment as the kubelet would compute it (envFrom, then env)."""
     ns = pod["metadata"]["namespace"]

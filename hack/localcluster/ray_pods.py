@@ -19,6 +19,9 @@ cluster would run:
   takes 30% of the memory limit as Ray does in a container, within the ``/dev/shm`` size;
 - the container's environment minus what KubeRay sets for its own ``ray start``, and the
   cluster's auth token (KubeRay passes it as ``RAY_AUTH_TOKEN`` from ``authOptions``' Secret);
+- the container's preStop ``exec`` hook run inside the pod (``nsenter`` into the node's mount
+  and UTS namespaces, with the container's whole environment), before SIGTERM, when the pod is
+  deleted;
 - Ready once the node serves (a head: its Jobs API answers; a worker: its raylet registered
   with the head's GCS); deleting a pod stops its node; a node that exits fails its pod with
   ray start's exit code. A worker whose head is gone loses its GCS and exits after Ray's
@@ -36,9 +39,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shlex
 import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from urllib.parse import urlparse
 
 from kubernetes import client
@@ -199,6 +206,7 @@ class RayPods(PodRunner):
 
 class _RayPod(PodProcess):
     runner: RayPods
+    runs_hooks = True
 
     def __init__(self, runner: RayPods, pod: dict):
         super().__init__(runner, pod)
@@ -208,6 +216,7 @@ class _RayPod(PodProcess):
                                  if o.get("kind") == "RayCluster"), "")
         self.is_head = labels.get("ray.io/node-type") == "head"
         self.node: RayNode | None = None
+        self.container_env: dict[str, str] = {}
         self.is_ready = False
         # A head must serve exactly the head Service's port.
         self.pod_ip = runner.allocate_ip(DASHBOARD_PORT)
@@ -232,6 +241,7 @@ class _RayPod(PodProcess):
                                        if m.target != "/dev/shm"])
         self.runner.mountpoints.ensure(mounts)
         env = podspec.environment(pod, self.container, self.runner.objects)
+        self.container_env = env
         resources, shm_bytes = node_resources(self.container, ray_start_command(
             self.container, env), spec.get("volumes") or [])
         kept = {k: v for k, v in env.items()
@@ -285,6 +295,22 @@ class _RayPod(PodProcess):
         else:
             threading.Thread(target=self.node.stop, kwargs={"grace": 0, "remove": False},
                              daemon=True).start()
+
+    def exec_hook(self, argv: list[str]) -> subprocess.Popen:
+        if self.node is None or self.node.exited() is not None:
+            raise podspec.PodSpecError("the container is not running")
+        env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+               "HOME": os.path.expanduser("~"), "LANG": "C.UTF-8", "HOSTNAME": self.name,
+               **self.container_env}
+        out = (self.dir / "prestop.log").open("ab")
+        try:
+            return subprocess.Popen(
+                ["nsenter", f"--target={self.node.process.popen.pid}", "--mount", "--uts",
+                 f"--wd={self.container.get('workingDir') or '/'}", "--", *argv],
+                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        finally:
+            out.close()
 
     def cleanup(self) -> None:
         """The node's leftovers (job entrypoints, actors), as a container's cgroup dies."""

@@ -17,9 +17,11 @@ from collections.abc import Callable, Sequence
 from grpo_trainer import frozen_inputs
 from grpo_trainer import run as trainer_run
 from grpo_trainer.driver import cli as driver_cli
+from grpo_trainer.driver import drain
 
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     driver_cli.register,
+    drain.register,  # `drain`: the Ray pods' preStop hook (grpo_trainer/driver/drain.py)
     trainer_run.register,  # `run`: train (grpo_trainer/run.py)
     frozen_inputs.register,  # `digest`: a frozen input's digest (grpo_trainer/frozen_inputs.py)
 )

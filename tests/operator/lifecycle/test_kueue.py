@@ -1,96 +1,199 @@
-"""With a queue, the RayCluster carries Kueue's queue label and the operator leaves its
-spec.suspend to Kueue: while it is held the run is Queued; admission starts the pre-running
-clock.
+"""GRPORuns queued by the real Kueue (its controller manager built from its Go module, with the
+RayCluster and Job integrations, as docs/kueue.md sets it up): a run waits Queued while its
+ClusterQueue's quota is used and starts when the quota frees; the quota is released when a run
+ends; a higher-priority workload preempts a running run, which checkpoints before its Ray pods
+go, waits Queued again and resumes from that checkpoint when readmitted — no restart counted.
 
-Kueue itself is not installed: what its webhook does to a queued RayCluster (create it held,
-``spec.suspend: true``) is done by a MutatingAdmissionPolicy in the real API server, and the
-test admits the cluster the way Kueue does, by setting ``spec.suspend: false``."""
+Each test has a ClusterQueue of its own (selecting only its namespace) behind a LocalQueue
+``team-a``."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 
 import pytest
-from kubernetes.dynamic import DynamicClient
+from kubernetes import client
 
-from tests.operator.lifecycle.runs import manifest
+from tests.operator.conftest import session_once
+from tests.operator.lifecycle.runs import manifest, tiny_example
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+LOCAL_QUEUE = "team-a"
+FLAVOR = "default-flavor"
+LOW, HIGH = "grpo-test-low", "grpo-test-high"
 
 
-def hold_queued_clusters(api, namespace: str) -> Iterator[None]:
-    """RayClusters created in ``namespace`` with a queue label are created held."""
-    dynamic = DynamicClient(api)
-    name = f"hold-queued-{namespace}"
-    policies = dynamic.resources.get(api_version="admissionregistration.k8s.io/v1",
-                                     kind="MutatingAdmissionPolicy")
-    bindings = dynamic.resources.get(api_version="admissionregistration.k8s.io/v1",
-                                     kind="MutatingAdmissionPolicyBinding")
-    policies.create(body={
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": ["ray.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
-                "resources": ["rayclusters"]}]},
-            "matchConditions": [{"name": "queued", "expression":
-                                 "has(object.metadata.labels) && "
-                                 f"'{QUEUE_LABEL}' in object.metadata.labels"}],
-            "failurePolicy": "Fail",
-            "reinvocationPolicy": "Never",
-            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
-                "expression": "Object{spec: Object.spec{suspend: true}}"}}],
-        }})
-    bindings.create(body={
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": name},
-        "spec": {"policyName": name, "matchResources": {"namespaceSelector": {
-            "matchLabels": {"kubernetes.io/metadata.name": namespace}}}}})
-    # The API server loads a new policy asynchronously: probe with dry-run creates until a
-    # queued RayCluster comes back held.
-    rayclusters = dynamic.resources.get(api_version="ray.io/v1", kind="RayCluster")
-    probe = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
-             "metadata": {"name": "probe", "labels": {QUEUE_LABEL: "probe"}},
-             "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
-                 "containers": [{"name": "ray-head", "image": "probe"}]}}}}}
-    wait_for(lambda: rayclusters.create(body=probe, namespace=namespace, dry_run="All")
-             .to_dict()["spec"].get("suspend") is True, 30, what="the policy in effect")
-    try:
-        yield
-    finally:
-        bindings.delete(name=name)
-        policies.delete(name=name)
+@pytest.fixture(scope="session")
+def kueue(cluster, k8s_api, request):
+    """Kueue for the rest of the session, a flavor, and two pod priority classes (Kueue takes a
+    workload's priority from its pods' PriorityClass when it names no WorkloadPriorityClass)."""
+    from localcluster.kueue import start_kueue
+
+    def start():
+        started = start_kueue(cluster)
+        custom = client.CustomObjectsApi(k8s_api)
+        custom.create_cluster_custom_object(*KUEUE, "resourceflavors", {
+            "apiVersion": "/".join(KUEUE), "kind": "ResourceFlavor",
+            "metadata": {"name": FLAVOR}})
+        scheduling = client.SchedulingV1Api(k8s_api)
+        for name, value in ((LOW, 100), (HIGH, 1000)):
+            scheduling.create_priority_class(client.V1PriorityClass(
+                metadata=client.V1ObjectMeta(name=name), value=value))
+        return started
+
+    return session_once(request, "kueue", start)
+
+
+class Queue:
+    """A ClusterQueue for one namespace and its LocalQueue ``team-a``."""
+
+    def __init__(self, api: client.ApiClient, namespace: str):
+        self.custom = client.CustomObjectsApi(api)
+        self.namespace = namespace
+        self.name = f"cq-{namespace}"
+
+    def create(self, *, cpu: str, memory: str, gpus: int) -> None:
+        self.custom.create_cluster_custom_object(*KUEUE, "clusterqueues", {
+            "apiVersion": "/".join(KUEUE), "kind": "ClusterQueue",
+            "metadata": {"name": self.name},
+            "spec": {
+                "namespaceSelector": {"matchLabels": {
+                    "kubernetes.io/metadata.name": self.namespace}},
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+                "resourceGroups": [{
+                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                    "flavors": [{"name": FLAVOR, "resources": [
+                        {"name": "cpu", "nominalQuota": cpu},
+                        {"name": "memory", "nominalQuota": memory},
+                        {"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}})
+        self.custom.create_namespaced_custom_object(*KUEUE, self.namespace, "localqueues", {
+            "apiVersion": "/".join(KUEUE), "kind": "LocalQueue",
+            "metadata": {"name": LOCAL_QUEUE}, "spec": {"clusterQueue": self.name}})
+        wait_for(lambda: self._active(), 30, what="the ClusterQueue active")
+
+    def _active(self) -> bool:
+        status = self.status()
+        return any(c["type"] == "Active" and c["status"] == "True"
+                   for c in status.get("conditions") or [])
+
+    def status(self) -> dict:
+        return self.custom.get_cluster_custom_object(*KUEUE, "clusterqueues",
+                                                     self.name).get("status") or {}
+
+    def workload_of(self, ray_cluster: dict) -> dict | None:
+        """Kueue's Workload for a RayCluster (owned by it)."""
+        uid = ray_cluster["metadata"]["uid"]
+        items = self.custom.list_namespaced_custom_object(*KUEUE, self.namespace,
+                                                          "workloads")["items"]
+        return next((w for w in items if any(o["uid"] == uid for o in
+                                             w["metadata"].get("ownerReferences") or [])), None)
+
+    def delete(self) -> None:
+        with contextlib.suppress(client.ApiException):
+            self.custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", self.name)
 
 
 @pytest.fixture
-def kueue_webhook(runs) -> Iterator[None]:
-    yield from hold_queued_clusters(runs.api, runs.namespace)
+def queue(runs, kueue) -> Iterator[Queue]:
+    made = Queue(runs.api, runs.namespace)
+    yield made
+    made.delete()
 
 
-def test_a_held_cluster_keeps_the_run_queued_until_admitted(runs, kueue_webhook, tmp_path):
-    # 16 GPUs per worker never fit the 8-GPU nodes: the cluster stays unready after admission.
-    body = manifest("queued", str(tmp_path), resources__gpusPerWorker=16,
-                    runPolicy__queueName="team-a")
-    runs.create(body)
-    rc = wait_for(lambda: runs.ray_cluster("queued"), 30, what="the RayCluster")
-    assert rc["metadata"]["labels"][QUEUE_LABEL] == "team-a"
-    assert rc["spec"]["suspend"] is True  # created held, as Kueue's webhook does
-    wait_for(lambda: runs.phase("queued") == "Queued", 30, what="Queued")
-    time.sleep(6)  # a few reconcile passes
-    assert runs.ray_cluster("queued")["spec"]["suspend"] is True  # left alone
-    status = runs.status("queued")
+def condition(workload: dict | None, kind: str) -> dict:
+    return next((c for c in ((workload or {}).get("status") or {}).get("conditions") or []
+                 if c["type"] == kind), {})
+
+
+def test_queued_while_quota_is_used_then_admitted_and_released(runs, queue, tmp_path):
+    # 16 GPUs per worker: all the queue's quota, and more than any 8-GPU node has, so an
+    # admitted cluster stays unready (nothing trains in this test).
+    queue.create(cpu="10", memory="10Gi", gpus=16)
+    big = {"resources__gpusPerWorker": 16, "runPolicy__queueName": LOCAL_QUEUE}
+    runs.create(manifest("first", str(tmp_path), **big))
+    wait_for(lambda: runs.phase("first") == "Provisioning", 60, what="first admitted")
+    assert "preRunningSince" in runs.status("first")
+    first_cluster = runs.ray_cluster("first")
+    assert first_cluster["metadata"]["labels"][QUEUE_LABEL] == LOCAL_QUEUE
+    assert not first_cluster["spec"].get("suspend")
+    assert condition(queue.workload_of(first_cluster), "Admitted")["status"] == "True"
+
+    runs.create(manifest("second", str(tmp_path), **big))
+    second_cluster = wait_for(lambda: runs.ray_cluster("second"), 30, what="second cluster")
+    wait_for(lambda: runs.phase("second") == "Queued", 30, what="second Queued")
+    reserved = wait_for(lambda: condition(queue.workload_of(second_cluster), "QuotaReserved")
+                        or None, 30, what="Kueue's verdict on the second")
+    assert reserved["status"] == "False" and "insufficient" in reserved["message"], reserved
+    time.sleep(5)  # a few reconcile passes: still held, nothing started
+    status = runs.status("second")
     assert status["phase"] == "Queued" and "preRunningSince" not in status
+    assert runs.ray_cluster("second")["spec"]["suspend"] is True
     assert status["recovery"]["restarts"] == 0
 
-    runs.custom.patch_namespaced_custom_object("ray.io", "v1", runs.namespace, "rayclusters",
-                                               "queued", {"spec": {"suspend": False}})
-    wait_for(lambda: runs.phase("queued") == "Provisioning", 30, what="admitted")
-    assert "preRunningSince" in runs.status("queued")
+    runs.delete("first")  # its RayCluster goes with it, and its quota
+    wait_for(lambda: runs.phase("second") == "Provisioning", 60, what="second admitted")
+    assert "preRunningSince" in runs.status("second")
 
-    plain = manifest("unqueued", str(tmp_path), resources__gpusPerWorker=16)
-    runs.create(plain)
-    rc = wait_for(lambda: runs.ray_cluster("unqueued"), 30, what="the other RayCluster")
-    assert QUEUE_LABEL not in rc["metadata"].get("labels", {})
+    # A run without a queue: Kueue leaves its RayCluster alone (no queue label, not held).
+    runs.create(manifest("unqueued", str(tmp_path), resources__gpusPerWorker=16))
+    plain = wait_for(lambda: runs.ray_cluster("unqueued"), 30, what="the unqueued cluster")
+    assert QUEUE_LABEL not in plain["metadata"].get("labels", {})
+    assert not plain["spec"].get("suspend")
+    assert queue.workload_of(plain) is None
+
+    runs.delete("second")
+    wait_for(lambda: queue.status().get("admittedWorkloads", 0) == 0
+             and queue.status().get("reservingWorkloads", 0) == 0, 60,
+             what="the quota released")
+
+
+def test_preempted_run_checkpoints_first_and_resumes(runs, queue, tmp_path):
+    # Room for one run: the tiny example's head (1 CPU) and worker (2 CPUs).
+    queue.create(cpu="3", memory="8Gi", gpus=16)
+    body = tiny_example(tmp_path / "low")
+    name = body["metadata"]["name"]
+    spec = body["spec"]
+    spec["algorithm"]["maxSteps"] = 6
+    spec["algorithm"].pop("evalIntervalSteps")
+    spec["checkpoint"]["intervalSteps"] = 100  # no periodic checkpoint: only the preemption's
+    spec["runPolicy"]["queueName"] = LOCAL_QUEUE
+    spec["resources"]["priorityClassName"] = LOW
+    runs.create(body)
+    wait_for(lambda: runs.ledger(name).get("completedSteps", 0) >= 2, 300,
+             what="two steps before the preemption")
+
+    # A higher-priority run of the same shape needs the quota: Kueue preempts the first. Its
+    # 16-GPU worker never schedules, so it holds the quota without training.
+    urgent = manifest("urgent", str(tmp_path), resources__gpusPerWorker=16,
+                      resources__priorityClassName=HIGH, runPolicy__queueName=LOCAL_QUEUE,
+                      resources__worker={"cpu": "2", "memory": "4Gi"},
+                      resources__head={"cpu": "1", "memory": "2Gi"})
+    runs.create(urgent)
+    wait_for(lambda: runs.phase(name) == "Queued", 120, what="the preempted run Queued")
+    evicted = condition(queue.workload_of(runs.ray_cluster(name)), "Evicted")
+    assert evicted.get("reason") == "Preempted", evicted
+    wait_for(lambda: runs.phase("urgent") == "Provisioning", 60, what="urgent admitted")
+
+    # The trainer checkpointed before the Ray pods went: with no periodic checkpoint, the
+    # checkpoint is the preemption's, at the last completed step.
+    wait_for(lambda: runs.status(name)["recovery"].get("lastCheckpoint"), 120,
+             what="the preemption's checkpoint")
+    status = runs.status(name)
+    checkpoint = status["recovery"]["lastCheckpoint"]["step"]
+    assert checkpoint >= 2 and checkpoint == status["ledger"]["completedSteps"], status
+    assert status["recovery"]["attempt"] == 2
+    assert status["recovery"]["restarts"] == 0
+
+    runs.delete("urgent")  # its quota frees: the first run is admitted again and resumes
+    wait_for(lambda: runs.phase(name) == "Succeeded", 600, what="the resumed run done")
+    recovery = runs.status(name)["recovery"]
+    assert recovery["resumedFromStep"] == checkpoint
+    assert recovery["restarts"] == 0  # a preemption is not a failure
+    assert [h["reason"] for h in recovery["history"]] == ["Started", "Preempted"]
+    wait_for(lambda: queue.status().get("admittedWorkloads", 0) == 0, 60,
+             what="the quota released at the end")
