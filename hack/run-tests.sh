@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# `make test`: pytest as two processes side by side on this machine's two cores, each starting
-# its expensive things once: the tests marked `cluster` (the local control plane and every run
-# on it), and the rest (the trainer tests' local Ray and vLLM engine, the quick tests). Their
-# lines are prefixed [cluster] / [rest]; each prints its own summary, and the exit status is the
-# first failure's. PYTEST_WORKERS=1 runs one pytest instead. Arguments go to both.
+# `make test`: pytest in two lanes side by side on this machine's two cores, each pytest starting
+# its expensive things once. Lane one: the tests marked `cluster` (the local control plane and
+# every run on it). Lane two: the rest (the trainer tests' local Ray and vLLM engine, the quick
+# tests), then the cluster tests also marked `second_cluster` on a control plane of their own —
+# the rest take about half as long as the cluster tests, so the lanes end together. Lines are
+# prefixed [cluster] / [rest] / [cluster2]; each pytest prints its own summary, and the exit
+# status is the first failure's. PYTEST_WORKERS=1 runs one pytest instead. Arguments go to all.
 set -uo pipefail
 
 python="${PYTHON:?}"
@@ -21,13 +23,22 @@ run() {  # run NAME MARKEXPR ARGS...: pytest on the tests MARKEXPR selects, its 
   return "$status"
 }
 
-run cluster "cluster" "$@" &
+run cluster "cluster and not second_cluster" "$@" &
 cluster=$!
-run rest "not cluster" "$@" &
-rest=$!
-trap 'kill "$cluster" "$rest" 2>/dev/null' INT TERM
+lane_two() {
+  run rest "not cluster" "$@"
+  local rest_status=$?
+  run cluster2 "second_cluster" "$@"
+  local cluster2_status=$?
+  echo "make test: the rest exit $rest_status, second cluster tests exit $cluster2_status"
+  (( rest_status != 0 )) && return "$rest_status"
+  return "$cluster2_status"
+}
+lane_two "$@" &
+two=$!
+trap 'kill "$cluster" "$two" 2>/dev/null' INT TERM
 wait "$cluster"; cluster_status=$?
-wait "$rest"; rest_status=$?
-echo "make test: cluster tests exit $cluster_status, the rest exit $rest_status"
+wait "$two"; two_status=$?
+echo "make test: cluster tests exit $cluster_status, lane two exit $two_status"
 (( cluster_status != 0 )) && exit "$cluster_status"
-exit "$rest_status"
+exit "$two_status"

@@ -325,6 +325,9 @@ class Controller:
                                            rc["metadata"]["uid"])
         if rc is not None and spec.resources.gpus_per_worker and due:
             gpu_pods = cluster_pods
+        workload = None
+        if rc is not None and spec.run_policy.queue_name and rc.get("spec", {}).get("suspend"):
+            workload = k.kueue_workload(run.namespace, rc["metadata"]["uid"])
         return Observed(name=run.name, generation=meta.get("generation", 0), spec=spec,
                         status=status, now=now,
                         created=_timestamp(meta.get("creationTimestamp")),
@@ -333,7 +336,8 @@ class Controller:
                         driver_job=job, driver_pods=pods, report_data=report,
                         report_map_missing=report_map_missing, report_signature=signature,
                         report_key=run_report_key(self.signing_key, run.uid),
-                        cluster_pods=cluster_pods, gpu_pods=gpu_pods, policy=self.policy)
+                        cluster_pods=cluster_pods, gpu_pods=gpu_pods, kueue_workload=workload,
+                        policy=self.policy)
 
     def _record(self, run: RunRef, observed: Observed | None, decision: Decision,
                 old_wire: dict[str, Any], version: str) -> str:

@@ -15,7 +15,17 @@ from typing import Any
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 
-from grpo_operator.api.constants import API_VERSION, GROUP, KIND, LABEL_RUN, PLURAL, VERSION
+from grpo_operator.api.constants import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    KUEUE_GROUP,
+    KUEUE_JOB_UID_LABEL,
+    KUEUE_VERSIONS,
+    LABEL_RUN,
+    PLURAL,
+    VERSION,
+)
 from grpo_operator.cache import KINDS, CachedKind, ObjectCache
 from grpo_operator.children.meta import RunRef
 
@@ -216,6 +226,25 @@ class Kube:
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return found
+
+    def kueue_workload(self, namespace: str, job_uid: str) -> dict[str, Any] | None:
+        """Kueue's Workload of the object ``job_uid`` (a queued RayCluster), read from the API
+        server while Kueue holds the cluster (a waiting run's passes are few); None: none yet,
+        or Kueue is not installed."""
+        for version in KUEUE_VERSIONS:
+            self._count(read=True)
+            try:
+                found = self.custom.list_namespaced_custom_object(
+                    KUEUE_GROUP, version, namespace, "workloads",
+                    label_selector=f"{KUEUE_JOB_UID_LABEL}={job_uid}",
+                    _request_timeout=REQUEST_TIMEOUT)
+            except ApiException as e:
+                if e.status == 404:  # not served: an older Kueue, or none
+                    continue
+                raise
+            return next((w for w in found.get("items") or () if controlled_by(w, job_uid)),
+                        None)
+        return None
 
     def create_if_absent(self, obj: dict[str, Any]) -> bool:
         """Create the child ``obj`` unless the cache holds it; one of that name already there

@@ -130,6 +130,8 @@ class Observed:
     """The run's report key: a report counts only if signed with it (``api.report``)."""
     cluster_pods: list[dict[str, Any]] | None = None
     """The RayCluster's pods (None: there is no RayCluster)."""
+    kueue_workload: dict[str, Any] | None = None
+    """Kueue's Workload of the RayCluster, read while Kueue holds it (None: not read, none)."""
     gpu_pods: list[dict[str, Any]] | None = None
     """The RayCluster's pods when GPU metering is due (None: not looked at this pass)."""
     policy: Policy = field(default_factory=Policy)
@@ -571,9 +573,29 @@ def _queue(d: Decision, o: Observed) -> None:
         _start_attempt(d, o, s.recovery.attempt + 1, str(Reason.PREEMPTED))
         _condition(d, o, ConditionType.RUNNING, False, str(Reason.PREEMPTED),
                    "Kueue suspended the RayCluster")
-    _phase(d, o, Phase.QUEUED, f"waiting for Kueue to admit the RayCluster "
-                               f"(queue {o.spec.run_policy.queue_name})")
+    waiting = f"waiting for Kueue to admit the RayCluster (queue {o.spec.run_policy.queue_name})"
+    _phase(d, o, Phase.QUEUED, waiting)
+    verdict = kueue_verdict(o.kueue_workload)
+    _condition(d, o, ConditionType.CLUSTER_READY, False, str(Phase.QUEUED),
+               f"{waiting}: {verdict}" if verdict else waiting)
     d.actions.append(Action.ENSURE_RUN_CHILDREN)
+
+
+KUEUE_MESSAGE_LIMIT = 300
+"""Characters of Kueue's message kept in the run's status (the Workload has it whole)."""
+
+
+def kueue_verdict(workload: dict[str, Any] | None) -> str | None:
+    """Why Kueue holds the RayCluster, in Kueue's words: its Workload's QuotaReserved=False
+    message (no quota yet: which resource is short), else an Evicted=True one (preempted)."""
+    conditions = {c.get("type"): c for c in
+                  ((workload or {}).get("status") or {}).get("conditions") or []}
+    for kind, held in (("QuotaReserved", "False"), ("Evicted", "True")):
+        condition = conditions.get(kind) or {}
+        message = str(condition.get("message") or "").strip()
+        if condition.get("status") == held and message:
+            return message[:KUEUE_MESSAGE_LIMIT]
+    return None
 
 
 def _cluster_lost(o: Observed, s: GRPORunStatus, health: ClusterHealth) -> bool:

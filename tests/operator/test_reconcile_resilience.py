@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import datetime
 
+import pytest
+
 from grpo_operator.api.ray_job import driver_termination_grace_s
 from grpo_operator.api.report import Report, TrainerState
 from grpo_operator.api.status import CheckpointRef, GRPORunStatus, TrainerLedger, TrainerRecovery
-from grpo_operator.reconcile import Action, Observed, Policy, decide
+from grpo_operator.reconcile import Action, Observed, Policy, decide, kueue_verdict
 from tests.operator.test_reconcile import (
     HEALTHY_RC,
     HOST_PATHS,
@@ -213,6 +215,39 @@ def test_a_run_waits_queued_while_kueue_holds_its_cluster_and_preemption_is_not_
     assert preempted.delete_jobs == ["r-a1"]
     # The operator never writes the RayCluster's spec: it only ensures its children exist.
     assert Action.DELETE_RAY_CLUSTER not in preempted.actions
+
+
+def test_a_queued_run_says_why_in_kueues_words():
+    queued = spec(run_policy={"queue_name": "team-a"})
+    held = {"metadata": {"name": "r"}, "spec": {"suspend": True}}
+    accepted = decide(at(GRPORunStatus(), 0, queued)).status
+    short = ("couldn't assign flavors to pod set workers: insufficient unused quota for "
+             "nvidia.com/gpu in flavor default-flavor, 8 more needed")
+    workload = {"status": {"conditions": [
+        {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": short}]}}
+    waiting = decide(at(accepted, 1, queued, ray_cluster=held, kueue_workload=workload)).status
+    ready = waiting.condition("ClusterReady")
+    assert (ready.status, ready.reason) == ("False", "Queued")
+    assert ready.message == ("waiting for Kueue to admit the RayCluster (queue team-a): "
+                             + short)
+    # No Workload yet (or no Kueue to ask): the queue is named, nothing more.
+    bare = decide(at(accepted, 1, queued, ray_cluster=held)).status.condition("ClusterReady")
+    assert bare.message == "waiting for Kueue to admit the RayCluster (queue team-a)"
+
+
+@pytest.mark.parametrize(("conditions", "verdict"), [
+    ([{"type": "QuotaReserved", "status": "False", "message": "no quota"}], "no quota"),
+    ([{"type": "QuotaReserved", "status": "True", "message": "reserved"},
+      {"type": "Evicted", "status": "True", "reason": "Preempted",
+       "message": "Preempted to accommodate a workload"}],
+     "Preempted to accommodate a workload"),
+    ([{"type": "QuotaReserved", "status": "True", "message": "reserved"}], None),
+    ([{"type": "QuotaReserved", "status": "False", "message": "x" * 5000}], "x" * 300),
+    ([], None),
+])
+def test_kueues_verdict_is_the_message_of_what_holds_the_workload(conditions, verdict):
+    assert kueue_verdict({"status": {"conditions": conditions}}) == verdict
+    assert kueue_verdict(None) is None
 
 
 # --- A lost cluster -------------------------------------------------------------------------------

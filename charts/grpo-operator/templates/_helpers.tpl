@@ -105,6 +105,10 @@ Secrets: the operator only creates the per-run Secrets (Ray auth token, report k
 - apiGroups: ["ray.io"]
   resources: ["rayclusters"]
   verbs: ["create", "get", "list", "watch", "delete"]
+# Kueue's Workload of a queued RayCluster, read while Kueue holds it: why the run waits.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list"]
 # Driver Jobs: one per attempt; a lost or stopped attempt's Job is deleted (Background, so its
 # pod goes too) before the next.
 - apiGroups: ["batch"]

@@ -95,6 +95,9 @@ LABEL_COMPONENT = f"{GROUP}/component"  # e.g. "raycluster", "driver", "report",
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "grpo-operator"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")  # Kueue 0.15+ serves v1beta2; older ones v1beta1
+KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # Kueue's, on a Workload: its job's UID
 # What a pod is for: the driver, or a Ray pod of the run's RayCluster (NetworkPolicies and node
 # agents select on it; the local cluster plays the kubelet of exactly these pods).
 LABEL_ROLE = f"{GROUP}/role"

@@ -144,6 +144,14 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "priority": 1,
     },
     {
+        "name": "Waiting",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="ClusterReady")].message',
+        "description": "why the RayCluster is not ready: Kueue's verdict while the run is "
+        "queued, a pod that does not start",
+        "priority": 1,
+    },
+    {
         "name": "Reason",
         "type": "string",
         "jsonPath": ".status.terminal.reason",

@@ -20,7 +20,7 @@ from tests.operator.conftest import session_once
 from tests.operator.lifecycle.runs import manifest, tiny_example
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.second_cluster]
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 LOCAL_QUEUE = "team-a"
@@ -110,7 +110,7 @@ def condition(workload: dict | None, kind: str) -> dict:
                  if c["type"] == kind), {})
 
 
-def test_queued_while_quota_is_used_then_admitted_and_released(runs, queue, tmp_path):
+def test_queued_while_quota_is_used_then_admitted_and_released(cluster, runs, queue, tmp_path):
     # 16 GPUs per worker: all the queue's quota, and more than any 8-GPU node has, so an
     # admitted cluster stays unready (nothing trains in this test).
     queue.create(cpu="10", memory="10Gi", gpus=16)
@@ -129,6 +129,11 @@ def test_queued_while_quota_is_used_then_admitted_and_released(runs, queue, tmp_
     reserved = wait_for(lambda: condition(queue.workload_of(second_cluster), "QuotaReserved")
                         or None, 30, what="Kueue's verdict on the second")
     assert reserved["status"] == "False" and "insufficient" in reserved["message"], reserved
+    # Kueue's words reach the run: `kubectl get grpo -o wide` says Queued, and why.
+    wait_for(lambda: "insufficient" in (runs.condition("second", "ClusterReady") or {}).get(
+        "message", ""), 30, what="Kueue's verdict in the run's status")
+    table = cluster.kubectl("get", "grpo", "second", "-n", runs.namespace, "-o", "wide").stdout
+    assert "Queued" in table and reserved["message"][:60] in table, table
     time.sleep(5)  # a few reconcile passes: still held, nothing started
     status = runs.status("second")
     assert status["phase"] == "Queued" and "preRunningSince" not in status

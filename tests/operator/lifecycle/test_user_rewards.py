@@ -29,7 +29,7 @@ from tests.json_http import send_json
 from tests.operator.lifecycle.runs import tiny_example
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.second_cluster]
 
 GROUP_SIZE, PROMPTS_PER_STEP = 4, 8
 COMPLETIONS = GROUP_SIZE * PROMPTS_PER_STEP  # per step
