@@ -22,9 +22,10 @@ from pathlib import Path
 
 import yaml
 
-from . import components, pki
+from . import components, mountns, pki
 from .cluster import LocalCluster
 from .components import component_kubeconfig, http_ok
+from .podspec import Mount
 from .processes import Managed, free_port
 
 HACK_DIR = Path(__file__).resolve().parent.parent
@@ -34,7 +35,7 @@ BUILD_SCRIPT = HACK_DIR / "build-kueue.sh"
 SERVED_PATH_PARTS = ("kueue-x-k8s-io", "ray-io-v1-raycluster", "batch-v1-job")
 INTEGRATIONS = ["batch/job", "ray.io/raycluster"]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+METRICS_CERT_PATH = "/etc/kueue/metrics/certs"
 
 
 def ensure_built() -> Path:
@@ -103,14 +104,19 @@ def start_kueue(cluster: LocalCluster, timeout: float = 90) -> Kueue:
     config = root / "config.yaml"
     config.write_text(yaml.safe_dump(manager_config(webhook_port, probe_port, free_port(),
                                                     cert_dir)))
-    ctx_kubeconfig = component_kubeconfig(
+    kubeconfig_path = component_kubeconfig(
         components.Context(cluster.tools, cluster.supervisor, cluster.pki, cluster.root),
         cluster.server, "kueue")
+    # Without its own certificate management Kueue reads its metrics server's certificate from
+    # a fixed path, where its Deployment mounts a Secret: a mount namespace puts ours there.
+    metrics_certs = [Mount(cert_dir, METRICS_CERT_PATH, read_only=True)]
+    cluster.mountpoints.ensure(metrics_certs)
     process = cluster.supervisor.start(
         "kueue",
-        [str(release / "bin" / "kueue"), f"--config={config}",
-         "--feature-gates=VisibilityOnDemand=false", "--zap-log-level=2"],
-        env={"KUBECONFIG": str(ctx_kubeconfig)},
+        mountns.wrap([str(release / "bin" / "kueue"), f"--config={config}",
+                      "--feature-gates=VisibilityOnDemand=false", "--zap-log-level=2"],
+                     metrics_certs),
+        env={"KUBECONFIG": str(kubeconfig_path)},
     )
     cluster.supervisor.wait_until(
         process, lambda: http_ok(f"http://127.0.0.1:{probe_port}/readyz"), "ready",

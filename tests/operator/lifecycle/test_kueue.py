@@ -116,8 +116,10 @@ def test_queued_while_quota_is_used_then_admitted_and_released(cluster, runs, qu
     queue.create(cpu="10", memory="10Gi", gpus=16)
     big = {"resources__gpusPerWorker": 16, "runPolicy__queueName": LOCAL_QUEUE}
     runs.create(manifest("first", str(tmp_path), **big))
-    wait_for(lambda: runs.phase("first") == "Provisioning", 60, what="first admitted")
-    assert "preRunningSince" in runs.status("first")
+    # Admission is what starts the pre-running clock (a queued run is Provisioning for a pass
+    # before its cluster is first seen, held or not).
+    wait_for(lambda: "preRunningSince" in runs.status("first"), 60, what="first admitted")
+    assert runs.phase("first") == "Provisioning"
     first_cluster = runs.ray_cluster("first")
     assert first_cluster["metadata"]["labels"][QUEUE_LABEL] == LOCAL_QUEUE
     assert not first_cluster["spec"].get("suspend")
@@ -141,8 +143,8 @@ def test_queued_while_quota_is_used_then_admitted_and_released(cluster, runs, qu
     assert status["recovery"]["restarts"] == 0
 
     runs.delete("first")  # its RayCluster goes with it, and its quota
-    wait_for(lambda: runs.phase("second") == "Provisioning", 60, what="second admitted")
-    assert "preRunningSince" in runs.status("second")
+    wait_for(lambda: "preRunningSince" in runs.status("second"), 60, what="second admitted")
+    assert runs.phase("second") == "Provisioning"
 
     # A run without a queue: Kueue leaves its RayCluster alone (no queue label, not held).
     runs.create(manifest("unqueued", str(tmp_path), resources__gpusPerWorker=16))
@@ -182,7 +184,7 @@ def test_preempted_run_checkpoints_first_and_resumes(runs, queue, tmp_path):
     wait_for(lambda: runs.phase(name) == "Queued", 120, what="the preempted run Queued")
     evicted = condition(queue.workload_of(runs.ray_cluster(name)), "Evicted")
     assert evicted.get("reason") == "Preempted", evicted
-    wait_for(lambda: runs.phase("urgent") == "Provisioning", 60, what="urgent admitted")
+    wait_for(lambda: "preRunningSince" in runs.status("urgent"), 60, what="urgent admitted")
 
     # The trainer checkpointed before the Ray pods went: with no periodic checkpoint, the
     # checkpoint is the preemption's, at the last completed step.
