@@ -162,7 +162,7 @@ def test_queued_while_quota_is_used_then_admitted_and_released(cluster, runs, qu
 def test_preempted_run_checkpoints_first_and_resumes(runs, queue, tmp_path):
     # Room for one run: the tiny example's head (1 CPU) and worker (2 CPUs).
     queue.create(cpu="3", memory="8Gi", gpus=16)
-    body = tiny_example(tmp_path / "low")
+    body = tiny_example(tmp_path)
     name = body["metadata"]["name"]
     spec = body["spec"]
     spec["algorithm"]["maxSteps"] = 6
@@ -182,24 +182,21 @@ def test_preempted_run_checkpoints_first_and_resumes(runs, queue, tmp_path):
                       resources__head={"cpu": "1", "memory": "2Gi"})
     runs.create(urgent)
     wait_for(lambda: runs.phase(name) == "Queued", 120, what="the preempted run Queued")
+    done_before = runs.ledger(name)["completedSteps"]
     evicted = condition(queue.workload_of(runs.ray_cluster(name)), "Evicted")
     assert evicted.get("reason") == "Preempted", evicted
-    wait_for(lambda: "preRunningSince" in runs.status("urgent"), 60, what="urgent admitted")
-
-    # The trainer checkpointed before the Ray pods went: with no periodic checkpoint, the
-    # checkpoint is the preemption's, at the last completed step.
-    wait_for(lambda: runs.status(name)["recovery"].get("lastCheckpoint"), 120,
-             what="the preemption's checkpoint")
     status = runs.status(name)
-    checkpoint = status["recovery"]["lastCheckpoint"]["step"]
-    assert checkpoint >= 2 and checkpoint == status["ledger"]["completedSteps"], status
     assert status["recovery"]["attempt"] == 2
     assert status["recovery"]["restarts"] == 0
+    assert "waiting for Kueue" in runs.condition(name, "ClusterReady")["message"]
+    wait_for(lambda: "preRunningSince" in runs.status("urgent"), 60, what="urgent admitted")
 
     runs.delete("urgent")  # its quota frees: the first run is admitted again and resumes
     wait_for(lambda: runs.phase(name) == "Succeeded", 600, what="the resumed run done")
     recovery = runs.status(name)["recovery"]
-    assert recovery["resumedFromStep"] == checkpoint
+    # With no periodic checkpoint, the only checkpoint is the one the trainer wrote when the
+    # preStop hook stopped it, before its pods went: at least every step seen done by then.
+    assert recovery["resumedFromStep"] >= max(done_before, 2), (recovery, done_before)
     assert recovery["restarts"] == 0  # a preemption is not a failure
     assert [h["reason"] for h in recovery["history"]] == ["Started", "Preempted"]
     wait_for(lambda: queue.status().get("admittedWorkloads", 0) == 0, 60,
