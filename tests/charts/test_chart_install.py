@@ -54,6 +54,7 @@ ALLOWED = [
                               ("networking.k8s.io", "networkpolicies"), ("batch", "jobs"),
                               ("", "pods"))),
     ("get", "", "persistentvolumeclaims", NS),
+    ("list", "kueue.x-k8s.io", "workloads", NS),
     ("list", "apiextensions.k8s.io", "customresourcedefinitions", None),
     ("watch", "apiextensions.k8s.io", "customresourcedefinitions", None),
 ]
@@ -76,6 +77,8 @@ DENIED = [
     ("delete", "networking.k8s.io", "networkpolicies", NS),
     ("patch", "ray.io", "rayclusters", NS),
     ("update", "ray.io", "rayclusters", NS),
+    ("get", "kueue.x-k8s.io", "workloads", NS),
+    ("patch", "kueue.x-k8s.io", "workloads", NS),
     ("create", "", "pods", NS),
     ("delete", "", "pods", NS),
     ("create", "", "serviceaccounts/token", NS),

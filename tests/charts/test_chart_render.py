@@ -59,6 +59,7 @@ RUN_GRANTS = {
     ("", "secrets", "create"), ("", "secrets", "get"),  # never listed
     ("ray.io", "rayclusters", "delete"), ("batch", "jobs", "delete"),
     ("", "persistentvolumeclaims", "get"),
+    ("kueue.x-k8s.io", "workloads", "list"),  # while Kueue holds a run's cluster: why it waits
     # The cached children: made, watched, and read by name only when a name is taken.
     *{(group, resource, verb)
       for group, resource in (("", "configmaps"), ("", "serviceaccounts"),
