@@ -7,6 +7,7 @@ pod KubeRay makes instead joins the same cluster."""
 from __future__ import annotations
 
 import json
+import shlex
 import textwrap
 from pathlib import Path
 
@@ -263,3 +264,78 @@ def test_a_read_only_root_takes_writes_only_in_the_mounts_tmp_and_dev_shm(tmp_pa
     assert (volume / "y").exists()
     home.touch()  # the host's root stays writable
     home.unlink()
+
+
+# A trainer in miniature: its state lives in an actor on the worker, and on SIGTERM it asks
+# that actor for a checkpoint that takes a few seconds.
+STATEFUL_JOB = textwrap.dedent("""
+    import signal, socket, sys, time, ray
+    ray.init()
+    @ray.remote(num_cpus=1)
+    class Learner:
+        def where(self):
+            return socket.gethostname()
+        def save(self):
+            time.sleep(3)
+            return socket.gethostname()
+    learner = Learner.remote()
+    ray.get(learner.where.remote())
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    open("/out/started", "w").close()
+    while not stop:
+        time.sleep(0.1)
+    try:
+        result = "saved on " + ray.get(learner.save.remote(), timeout=30)
+    except Exception as e:
+        result = "lost: " + type(e).__name__
+    open("/out/checkpoint", "w").write(result)
+    sys.exit(13)
+""")
+
+
+def test_deleted_ray_pods_run_the_drain_hook_so_the_job_checkpoints_before_they_go(
+    cluster, k8s_api, namespace, tmp_path
+):
+    """What a Kueue preemption does to a run's cluster (KubeRay deletes every pod at once),
+    with the operator's preStop hook: the head's hook stops the job, and the worker's keeps
+    its pod up until the job, which needs the worker's actor to checkpoint, has ended."""
+    from ray.job_submission import JobSubmissionClient
+
+    from grpo_operator.children.raycluster import DRAIN_HOOK
+
+    core = client.CoreV1Api(k8s_api)
+    out = tmp_path / "out"
+    out.mkdir()
+    rc = raycluster("rc", 0, 1)
+    spec = rc["spec"]
+    spec["authOptions"] = {"mode": "token", "secretName": "rc-auth"}
+    spec["headGroupSpec"]["rayStartParams"] = {"num-cpus": "0"}
+    for group, role in ((spec["headGroupSpec"], ROLE_RAY_HEAD),
+                        (spec["workerGroupSpecs"][0], ROLE_RAY_WORKER)):
+        template = group["template"]
+        template["metadata"] = {"labels": {LABEL_ROLE: role}}
+        template["spec"]["terminationGracePeriodSeconds"] = 30
+        container = template["spec"]["containers"][0]
+        container["lifecycle"] = DRAIN_HOOK
+        container["env"] = [{"name": "RAY_JOB_STOP_WAIT_TIME_S", "value": "30"}]
+    head = spec["headGroupSpec"]["template"]["spec"]
+    head["volumes"] = [{"name": "out", "hostPath": {"path": str(out)}}]
+    head["containers"][0]["volumeMounts"] = [{"name": "out", "mountPath": "/out"}]
+    core.create_namespaced_secret(namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="rc-auth"), string_data={"auth_token": "dr4in"}))
+    created = client.CustomObjectsApi(k8s_api).create_namespaced_custom_object(
+        "ray.io", "v1", namespace, "rayclusters", rc)
+    wait_for(lambda: len(_ready_pods(core, namespace)) == 2, 180, what="head and worker Ready")
+    node = cluster.ray_pods.head(namespace, created["metadata"]["uid"])
+    jobs = JobSubmissionClient(node.address, headers={"Authorization": "Bearer dr4in"})
+    jobs.submit_job(entrypoint="python -c " + shlex.quote(STATEFUL_JOB))
+    wait_for(lambda: (out / "started").exists(), 120, what="the job's actor on the worker")
+
+    client.CustomObjectsApi(k8s_api).delete_namespaced_custom_object(
+        "ray.io", "v1", namespace, "rayclusters", "rc")
+    wait_for(lambda: not cluster.ray_pods.nodes(namespace, "rc"), 90,
+             what="every node of the cluster to stop")
+    # The worker's actor answered 3 s after the stop: its pod waited for the job to end.
+    result = (out / "checkpoint").read_text()
+    assert result.startswith("saved on rc-gpu-worker-"), result

@@ -9,9 +9,10 @@ SIGTERM, and the pod's ``terminationGracePeriodSeconds`` bounds hook and shutdow
 
 Every pod does the same: ask the head's Jobs API to stop each job still active (Ray sends the
 trainer SIGTERM: it checkpoints and exits, within ``RAY_JOB_STOP_WAIT_TIME_S``, which the
-operator sets to the grace period) and wait until none is active. The head is reached locally
-on the head pod and through ``FQ_RAY_IP`` (the head Service, set by KubeRay) on a worker. A stop
-asked by several pods is one stop; a head that does not answer (gone already, or not started)
+operator sets to the grace period) and wait until none is active. The head is reached at its
+own pod's address on the head pod and through ``FQ_RAY_IP`` (the head Service, set by KubeRay)
+on a worker; KubeRay's ``RAY_ADDRESS`` (the GCS) is not used. A stop asked by several pods is
+one stop; a head that does not answer (gone already, or not started)
 means there is nothing left to wait for. The hook always exits 0: a failing preStop hook only
 makes the kubelet log an event, and the pod goes anyway.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 import time
 
@@ -41,7 +43,9 @@ SLACK_S = 10.0
 
 
 def head_address(env: dict[str, str]) -> str:
-    return f"http://{env.get(HEAD_ADDRESS_ENV) or '127.0.0.1'}:{DASHBOARD_PORT}"
+    """The head Service on a worker; on the head, its own pod's address (its hostname, which
+    the pod's /etc/hosts maps to the pod IP the dashboard serves on)."""
+    return f"http://{env.get(HEAD_ADDRESS_ENV) or socket.gethostname()}:{DASHBOARD_PORT}"
 
 
 def drain(address: str, token: str | None, bound_s: float) -> list[str]:
@@ -85,6 +89,9 @@ def handle(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s drain: %(message)s")
     env = dict(os.environ)
+    # KubeRay's RAY_ADDRESS (the GCS, host:port) makes Ray's Jobs API client look for the GCS
+    # first, up to 30 s when it is already gone: the hook speaks only HTTP to the Jobs API.
+    os.environ.pop("RAY_ADDRESS", None)
     stop_wait = float(env.get(JOB_STOP_WAIT_ENV) or RAY_DEFAULT_JOB_STOP_WAIT_S)
     drain(args.address or head_address(env), env.get(TOKEN_ENV), stop_wait + SLACK_S)
     return 0
