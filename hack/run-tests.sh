@@ -3,7 +3,7 @@
 # its expensive things once. Lane one: the tests marked `cluster` (the local control plane and
 # every run on it). Lane two: the rest (the trainer tests' local Ray and vLLM engine, the quick
 # tests), then the cluster tests also marked `second_cluster` on a control plane of their own —
-# the rest take about half as long as the cluster tests, so the lanes end together. Lines are
+# the rest take about half as long as the cluster tests, so lane two fills what was idle. Lines are
 # prefixed [cluster] / [rest] / [cluster2]; each pytest prints its own summary, and the exit
 # status is the first failure's. PYTEST_WORKERS=1 runs one pytest instead. Arguments go to all.
 set -uo pipefail
