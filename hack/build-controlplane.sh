@@ -11,6 +11,8 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
 source "$here/versions.env"
+# shellcheck source=lib/cache.sh
+source "$here/lib/cache.sh"
 
 log() { echo "[controlplane] $*" >&2; }
 
@@ -18,7 +20,6 @@ command -v go >/dev/null 2>&1 || { log "Go is not installed: install Go >= 1.26 
 
 kstatus_src="$(sha256sum "$here/kstatus/main.go" | cut -c1-8)"
 key="k8s-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_kuberay-${KUBERAY_VERSION}_helm-${HELM_VERSION}_cli-utils-${CLI_UTILS_VERSION}-${kstatus_src}"
-cache_root="${GRPO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/grpo-operator}"
 out="$cache_root/controlplane/$key"
 binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kuberay-operator helm kstatus)
 
@@ -26,13 +27,7 @@ complete() {
   for b in "${binaries[@]}"; do [[ -x "$out/bin/$b" ]] || return 1; done
   [[ -d "$out/kuberay-crds" && -f "$out/kwok-stages/pod-ready.yaml" && -f "$out/.complete" ]]
 }
-if complete; then echo "$out"; exit 0; fi
-
-# Concurrent callers (parallel test sessions) wait for one build instead of racing it.
-mkdir -p "$cache_root"
-exec 9>"$cache_root/.build.lock"
-flock 9
-if complete; then echo "$out"; exit 0; fi
+cache_hit_or_lock controlplane
 
 log "building into $out (one-time; ~20-40 min on 2 cores)"
 proxy="$(go env GOPROXY)"
@@ -130,7 +125,7 @@ modcache="$(go env GOMODCACHE)"
 kuberay_src="$modcache/github.com/ray-project/kuberay/ray-operator@${KUBERAY_VERSION}"
 kwok_src="$modcache/sigs.k8s.io/kwok@${KWOK_VERSION}"
 
-[[ -d "$out.partial" ]] && chmod -R u+w "$out.partial" && rm -rf "$out.partial"
+start_partial
 mkdir -p "$out.partial/bin"
 cp bin/* "$out.partial/bin/"
 mkdir -p "$out.partial/kuberay-crds" "$out.partial/kwok-stages"
@@ -138,10 +133,5 @@ cp "$kuberay_src"/config/crd/bases/*.yaml "$out.partial/kuberay-crds/"
 for stage in node/fast/node-initialize pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
   cp "$kwok_src/kustomize/stage/$stage.yaml" "$out.partial/kwok-stages/"
 done
-chmod -R u+w "$out.partial"
 cp "$here/versions.env" "$out.partial/versions.env"
-touch "$out.partial/.complete"
-[[ -d "$out" ]] && chmod -R u+w "$out" && rm -rf "$out"
-mv "$out.partial" "$out"
-log "done: $out/bin"
-echo "$out"
+publish

@@ -1,4 +1,5 @@
-"""Where the pinned control-plane binaries live, building them on first use."""
+"""Where the pinned control-plane binaries live, building them on first use; and the one way
+every ``hack/build-*.sh`` script is run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HACK_DIR = Path(__file__).resolve().parent.parent
-BUILD_SCRIPT = HACK_DIR / "build-controlplane.sh"
+
+
+def built(script: str) -> Path:
+    """Run ``hack/<script>`` (it builds once into ~/.cache/grpo-operator; later runs are cache
+    hits) and return the directory it prints last on stdout."""
+    out = subprocess.run(
+        ["bash", str(HACK_DIR / script)], check=True, stdout=subprocess.PIPE, text=True
+    ).stdout
+    return Path(out.strip().splitlines()[-1])
 
 
 @dataclass(frozen=True)
@@ -38,7 +47,4 @@ def ensure_built() -> Toolset:
     override = os.environ.get("GRPO_CONTROLPLANE_DIR")
     if override:
         return Toolset(Path(override))
-    out = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True
-    ).stdout
-    return Toolset(Path(out.strip().splitlines()[-1]))
+    return Toolset(built("build-controlplane.sh"))

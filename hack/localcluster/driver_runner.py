@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -113,13 +112,9 @@ class _DriverPod(PodProcess):
         self.runner.mountpoints.ensure(mount_list)
         container_env = podspec.environment(self.pod, self.container, self.runner.objects)
         env = {
-            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": os.path.expanduser("~"),
-            "LANG": "C.UTF-8",
-            "HOSTNAME": self.name,
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
             "KUBERNETES_SERVICE_PORT": str(self.runner.apiserver_port),
-            **container_env,
+            **podspec.process_environment(self.name, container_env),
             "GRPO_DRIVER_METRICS_ADDRESS": self.pod_ip,
         }
         return podspec.command(self.container, container_env), env, mount_list

@@ -1,7 +1,7 @@
 """The real Kueue controller manager in the local cluster (built from its Go module by
 ``hack/build-kueue.sh``), started out of cluster as KubeRay is:
 
-    kueue = start_kueue(cluster)   # CRDs, webhooks, the manager; returns once it admits
+    manager = start_kueue(cluster)   # CRDs, webhooks, the manager; returns once it admits
 
 It runs with the RayCluster and Job integrations, as docs/kueue.md tells users to configure it,
 and ``manageJobsWithoutQueueName`` off (Kueue's default), so it acts only on objects that carry a
@@ -15,21 +15,18 @@ of its kind (``failurePolicy: Fail``). The visibility API server is off (no aggr
 from __future__ import annotations
 
 import base64
-import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from . import components, mountns, pki
+from .binaries import built
 from .cluster import LocalCluster
 from .components import component_kubeconfig, http_ok
 from .podspec import Mount
 from .processes import Managed, free_port
 
-HACK_DIR = Path(__file__).resolve().parent.parent
-BUILD_SCRIPT = HACK_DIR / "build-kueue.sh"
 # Webhook paths of what the manager serves with these integrations (the rest of the release's
 # manifest is for frameworks left off).
 SERVED_PATH_PARTS = ("kueue-x-k8s-io", "ray-io-v1-raycluster", "batch-v1-job")
@@ -39,12 +36,9 @@ METRICS_CERT_PATH = "/etc/kueue/metrics/certs"
 
 
 def ensure_built() -> Path:
-    """Build (once; cached under ~/.cache/grpo-operator) and return the release directory:
-    ``bin/kueue``, ``crds/``, ``webhooks.yaml``."""
-    out = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True
-    ).stdout
-    return Path(out.strip().splitlines()[-1])
+    """Build (once) and return the release directory: ``bin/kueue``, ``crds/``,
+    ``webhooks.yaml``."""
+    return built("build-kueue.sh")
 
 
 def webhook_configurations(manifest: str, base_url: str, ca_bundle: str) -> list[dict]:
@@ -82,13 +76,7 @@ def manager_config(webhook_port: int, probe_port: int, metrics_port: int,
     }
 
 
-@dataclass
-class Kueue:
-    process: Managed
-    release: Path
-
-
-def start_kueue(cluster: LocalCluster, timeout: float = 90) -> Kueue:
+def start_kueue(cluster: LocalCluster, timeout: float = 90) -> Managed:
     release = ensure_built()
     root = cluster.root / "kueue"
     cert_dir = root / "certs"
@@ -126,7 +114,7 @@ def start_kueue(cluster: LocalCluster, timeout: float = 90) -> Kueue:
                                      f"https://127.0.0.1:{webhook_port}", ca_bundle)
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(configs))
     _wait_webhook_serving(cluster, timeout)
-    return Kueue(process, release)
+    return process
 
 
 def _wait_webhook_serving(cluster: LocalCluster, timeout: float) -> None:

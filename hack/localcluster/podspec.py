@@ -5,7 +5,9 @@ server says about the objects it references."""
 from __future__ import annotations
 
 import base64
+import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -90,6 +92,14 @@ def pre_stop_command(container: dict) -> list[str] | None:
         raise PodSpecError(f"container {container['name']}: the harness runs only preStop "
                            f"hooks of kind exec, not {sorted(hook)}")
     return list(hook["exec"]["command"])
+
+
+def process_environment(pod_name: str, container_env: dict[str, str]) -> dict[str, str]:
+    """What a process of the pod's container starts with here: the image stand-in's PATH (this
+    virtualenv first), HOME, LANG and the pod's HOSTNAME, then the container's own."""
+    return {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": os.path.expanduser("~"), "LANG": "C.UTF-8", "HOSTNAME": pod_name,
+            **container_env}
 
 
 def environment(pod: dict, container: dict, source: ObjectSource) -> dict[str, str]:

@@ -20,19 +20,13 @@ from pathlib import Path
 
 import yaml
 
+from .binaries import built
 from .processes import Managed, Supervisor, free_port
-
-HACK_DIR = Path(__file__).resolve().parent.parent
-BUILD_SCRIPT = HACK_DIR / "build-prometheus.sh"
 
 
 def ensure_built() -> Path:
-    """Build (once; cached under ~/.cache/grpo-operator) and return the directory holding
-    ``prometheus`` and ``promtool``."""
-    out = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True
-    ).stdout
-    return Path(out.strip().splitlines()[-1]) / "bin"
+    """Build (once) and return the directory holding ``prometheus`` and ``promtool``."""
+    return built("build-prometheus.sh") / "bin"
 
 
 class PrometheusError(RuntimeError):

@@ -39,13 +39,10 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import shlex
 import signal
 import subprocess
-import sys
 import threading
-from pathlib import Path
 from urllib.parse import urlparse
 
 from kubernetes import client
@@ -299,9 +296,7 @@ class _RayPod(PodProcess):
     def exec_hook(self, argv: list[str]) -> subprocess.Popen:
         if self.node is None or self.node.exited() is not None:
             raise podspec.PodSpecError("the container is not running")
-        env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-               "HOME": os.path.expanduser("~"), "LANG": "C.UTF-8", "HOSTNAME": self.name,
-               **self.container_env}
+        env = podspec.process_environment(self.name, self.container_env)
         out = (self.dir / "prestop.log").open("ab")
         try:
             return subprocess.Popen(

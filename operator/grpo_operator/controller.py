@@ -30,7 +30,15 @@ from grpo_operator.errors import SpecInvalid, StatusUnreadable, describe, retry_
 from grpo_operator.kube import ChildConflict, Kube, StaleStatus, merge_patch
 from grpo_operator.metrics import Metrics
 from grpo_operator.naming import ChildNames
-from grpo_operator.reconcile import Action, Decision, Event, Observed, Policy, decide
+from grpo_operator.reconcile import (
+    Action,
+    Decision,
+    Event,
+    Observed,
+    Policy,
+    decide,
+    held_by_kueue,
+)
 from grpo_operator.recorder import EventRecorder
 from grpo_operator.signing import run_ray_token, run_report_key
 from grpo_operator.workqueue import WorkQueue
@@ -325,9 +333,8 @@ class Controller:
                                            rc["metadata"]["uid"])
         if rc is not None and spec.resources.gpus_per_worker and due:
             gpu_pods = cluster_pods
-        workload = None
-        if rc is not None and spec.run_policy.queue_name and rc.get("spec", {}).get("suspend"):
-            workload = k.kueue_workload(run.namespace, rc["metadata"]["uid"])
+        workload = (k.kueue_workload(run.namespace, rc["metadata"]["uid"])
+                    if held_by_kueue(spec, rc) else None)
         return Observed(name=run.name, generation=meta.get("generation", 0), spec=spec,
                         status=status, now=now,
                         created=_timestamp(meta.get("creationTimestamp")),

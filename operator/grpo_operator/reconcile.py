@@ -559,9 +559,10 @@ def _accept(d: Decision, o: Observed) -> bool:
     return True
 
 
-def _held_by_kueue(o: Observed) -> bool:
-    return (bool(o.spec.run_policy.queue_name) and o.ray_cluster is not None
-            and (o.ray_cluster.get("spec") or {}).get("suspend") is True)
+def held_by_kueue(spec: GRPORunSpec, ray_cluster: dict[str, Any] | None) -> bool:
+    """The run is queued and Kueue holds its RayCluster (its ``spec.suspend``)."""
+    return (bool(spec.run_policy.queue_name) and ray_cluster is not None
+            and (ray_cluster.get("spec") or {}).get("suspend") is True)
 
 
 def _queue(d: Decision, o: Observed) -> None:
@@ -673,7 +674,7 @@ def _decide(o: Observed) -> Decision:
             return d
         _resume(d, o)
 
-    if _held_by_kueue(o):
+    if held_by_kueue(o.spec, o.ray_cluster):
         _queue(d, o)
         return d
     if s.pre_running_since is None and s.active_since is None and o.ray_cluster is not None:

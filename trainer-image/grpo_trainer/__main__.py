@@ -21,7 +21,7 @@ from grpo_trainer.driver import drain
 
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     driver_cli.register,
-    drain.register,  # `drain`: the Ray pods' preStop hook (grpo_trainer/driver/drain.py)
+    drain.register,  # `drain`: a preStop hook for Ray pods (grpo_trainer/driver/drain.py)
     trainer_run.register,  # `run`: train (grpo_trainer/run.py)
     frozen_inputs.register,  # `digest`: a frozen input's digest (grpo_trainer/frozen_inputs.py)
 )

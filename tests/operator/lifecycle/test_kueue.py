@@ -16,37 +16,30 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from tests.operator.conftest import session_once
+from grpo_operator.api.constants import KUEUE_QUEUE_LABEL
+from localcluster.kueue import start_kueue
 from tests.operator.lifecycle.runs import manifest, tiny_example
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.second_cluster]
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 LOCAL_QUEUE = "team-a"
 FLAVOR = "default-flavor"
 LOW, HIGH = "grpo-test-low", "grpo-test-high"
 
 
 @pytest.fixture(scope="session")
-def kueue(cluster, k8s_api, request):
+def kueue(cluster, k8s_api):
     """Kueue for the rest of the session, a flavor, and two pod priority classes (Kueue takes a
     workload's priority from its pods' PriorityClass when it names no WorkloadPriorityClass)."""
-    from localcluster.kueue import start_kueue
-
-    def start():
-        started = start_kueue(cluster)
-        custom = client.CustomObjectsApi(k8s_api)
-        custom.create_cluster_custom_object(*KUEUE, "resourceflavors", {
-            "apiVersion": "/".join(KUEUE), "kind": "ResourceFlavor",
-            "metadata": {"name": FLAVOR}})
-        scheduling = client.SchedulingV1Api(k8s_api)
-        for name, value in ((LOW, 100), (HIGH, 1000)):
-            scheduling.create_priority_class(client.V1PriorityClass(
-                metadata=client.V1ObjectMeta(name=name), value=value))
-        return started
-
-    return session_once(request, "kueue", start)
+    manager = start_kueue(cluster)
+    client.CustomObjectsApi(k8s_api).create_cluster_custom_object(*KUEUE, "resourceflavors", {
+        "apiVersion": "/".join(KUEUE), "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}})
+    scheduling = client.SchedulingV1Api(k8s_api)
+    for name, value in ((LOW, 100), (HIGH, 1000)):
+        scheduling.create_priority_class(client.V1PriorityClass(
+            metadata=client.V1ObjectMeta(name=name), value=value))
+    return manager
 
 
 class Queue:
@@ -121,7 +114,7 @@ def test_queued_while_quota_is_used_then_admitted_and_released(cluster, runs, qu
     wait_for(lambda: "preRunningSince" in runs.status("first"), 60, what="first admitted")
     assert runs.phase("first") == "Provisioning"
     first_cluster = runs.ray_cluster("first")
-    assert first_cluster["metadata"]["labels"][QUEUE_LABEL] == LOCAL_QUEUE
+    assert first_cluster["metadata"]["labels"][KUEUE_QUEUE_LABEL] == LOCAL_QUEUE
     assert not first_cluster["spec"].get("suspend")
     assert condition(queue.workload_of(first_cluster), "Admitted")["status"] == "True"
 
@@ -149,7 +142,7 @@ def test_queued_while_quota_is_used_then_admitted_and_released(cluster, runs, qu
     # A run without a queue: Kueue leaves its RayCluster alone (no queue label, not held).
     runs.create(manifest("unqueued", str(tmp_path), resources__gpusPerWorker=16))
     plain = wait_for(lambda: runs.ray_cluster("unqueued"), 30, what="the unqueued cluster")
-    assert QUEUE_LABEL not in plain["metadata"].get("labels", {})
+    assert KUEUE_QUEUE_LABEL not in plain["metadata"].get("labels", {})
     assert not plain["spec"].get("suspend")
     assert queue.workload_of(plain) is None
 

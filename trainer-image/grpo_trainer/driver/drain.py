@@ -1,20 +1,21 @@
-"""``python -m grpo_trainer drain``: the Ray pods' preStop hook — a Ray pod that is going away
+"""``python -m grpo_trainer drain``: a preStop hook for Ray pods — a Ray pod that is going away
 has the trainer checkpoint first.
 
 The trainer's state lives in actors on the worker pods, so a checkpoint needs every pod alive
 until it is written. When a RayCluster's pods are deleted without the operator asking first —
 Kueue preempting the run (it suspends the RayCluster and KubeRay deletes the pods), a node
-drained, the cluster deleted by hand — the kubelet runs this hook in each pod before it sends
-SIGTERM, and the pod's ``terminationGracePeriodSeconds`` bounds hook and shutdown together.
+drained, the cluster deleted by hand — the kubelet would run this hook in each pod before it
+sends SIGTERM, the pod's ``terminationGracePeriodSeconds`` bounding hook and shutdown together.
+The operator does not set it on its RayClusters yet: docs/kueue.md says why.
 
 Every pod does the same: ask the head's Jobs API to stop each job still active (Ray sends the
 trainer SIGTERM: it checkpoints and exits, within ``RAY_JOB_STOP_WAIT_TIME_S``, which the
 operator sets to the grace period) and wait until none is active. The head is reached at its
 own pod's address on the head pod and through ``FQ_RAY_IP`` (the head Service, set by KubeRay)
 on a worker; KubeRay's ``RAY_ADDRESS`` (the GCS) is not used. A stop asked by several pods is
-one stop; a head that does not answer (gone already, or not started)
-means there is nothing left to wait for. The hook always exits 0: a failing preStop hook only
-makes the kubelet log an event, and the pod goes anyway.
+one stop; a head that does not answer (gone already, or not started) means there is nothing
+left to wait for. The hook always exits 0: a failing preStop hook only makes the kubelet log an
+event, and the pod goes anyway.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ def head_address(env: dict[str, str]) -> str:
     return f"http://{env.get(HEAD_ADDRESS_ENV) or socket.gethostname()}:{DASHBOARD_PORT}"
 
 
-def drain(address: str, token: str | None, bound_s: float) -> list[str]:
+def drain(address: str, token: str | None, bound_s: float) -> None:
     """Stop every active job at ``address`` and wait (at most ``bound_s``) until none is
-    active. Returns the submission ids it asked to stop."""
+    active."""
     from grpo_trainer.driver.client import BoundedJobClient, describe_error
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -60,8 +61,8 @@ def drain(address: str, token: str | None, bound_s: float) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - no head: nothing runs that could checkpoint
         log.info("the head at %s does not answer (%s): nothing to drain", address,
                  describe_error(exc))
-        return []
-    asked: list[str] = []
+        return
+    asked: set[str] = set()
     while True:
         try:
             active = [j for j in client.list_jobs()
@@ -71,17 +72,17 @@ def drain(address: str, token: str | None, bound_s: float) -> list[str]:
                     log.info("stopping job %s (%s) so that it checkpoints", job.submission_id,
                              job.status)
                     client.stop_job(job.submission_id)
-                    asked.append(job.submission_id)
+                    asked.add(job.submission_id)
         except Exception as exc:  # noqa: BLE001 - the head went away: the jobs went with it
             log.info("the head at %s stopped answering (%s)", address, describe_error(exc))
-            return asked
+            return
         if not active:
             log.info("no job active at %s", address)
-            return asked
+            return
         if time.monotonic() >= deadline:
             log.warning("jobs still active after %.0f s: %s", bound_s,
                         [j.submission_id for j in active])
-            return asked
+            return
         time.sleep(POLL_S)
 
 
@@ -99,8 +100,8 @@ def handle(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "drain", help="preStop hook of the Ray pods: stop the active jobs (the trainer "
+        "drain", help="a preStop hook for Ray pods: stop the active jobs (the trainer "
         "checkpoints) and wait until they ended")
-    parser.add_argument("--address", help="the head's Jobs API (default: the local head, or the "
-                        f"head Service in ${HEAD_ADDRESS_ENV} on a worker)")
+    parser.add_argument("--address", help="the head's Jobs API (default: this pod's own on the "
+                        f"head, the head Service in ${HEAD_ADDRESS_ENV} on a worker)")
     parser.set_defaults(handler=handle)
