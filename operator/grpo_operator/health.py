@@ -2,8 +2,8 @@
 
 KubeRay's ``status.state: ready`` is sticky (it never goes back once reached) and cannot tell
 a lost cluster, so health comes from the HeadPodReady condition and the ready worker count;
-and since KubeRay writes those a while after its pods change, from the head pod itself when
-the pass has the cluster's pods (a head just deleted is not one to start an attempt on).
+and since KubeRay writes those a while after its pods change, from the pods themselves when
+the pass has them (a head or worker just deleted is not one to start an attempt on).
 Whether a cluster has ever been ready comes from KubeRay's RayClusterProvisioned condition,
 which is set True once all pods are first ready and then never changes.
 """
@@ -39,15 +39,20 @@ def cluster_health(ray_cluster: dict[str, Any] | None, workers: int,
         return ClusterHealth.DELETING
     head = _condition(ray_cluster, "HeadPodReady")
     ready_workers = (ray_cluster.get("status") or {}).get("readyWorkerReplicas") or 0
-    if (head and head.get("status") == "True" and ready_workers >= workers
-            and (pods is None or any(_ready_head(p) for p in pods))):
-        return ClusterHealth.HEALTHY
-    return ClusterHealth.PROVISIONING
+    if not (head and head.get("status") == "True" and ready_workers >= workers):
+        return ClusterHealth.PROVISIONING
+    if pods is not None and not (
+            any(_ready(p, "head") for p in pods)
+            and sum(_ready(p, "worker") for p in pods) >= workers):
+        return ClusterHealth.PROVISIONING
+    return ClusterHealth.HEALTHY
 
 
-def _ready_head(pod: dict[str, Any]) -> bool:
+def _ready(pod: dict[str, Any], node_type: str) -> bool:
+    """A Ray pod of that type that is ready and not going away (one being deleted, as in a
+    node drain or a preemption, is not a node to start an attempt on)."""
     meta, status = pod["metadata"], pod.get("status") or {}
-    return ((meta.get("labels") or {}).get("ray.io/node-type") == "head"
+    return ((meta.get("labels") or {}).get("ray.io/node-type") == node_type
             and not meta.get("deletionTimestamp") and status.get("phase") == "Running"
             and any(c.get("type") == "Ready" and c.get("status") == "True"
                     for c in status.get("conditions") or []))

@@ -266,7 +266,6 @@ def test_a_read_only_root_takes_writes_only_in_the_mounts_tmp_and_dev_shm(tmp_pa
     home.unlink()
 
 
-DRAIN_HOOK = {"preStop": {"exec": {"command": ["python", "-m", "grpo_trainer", "drain"]}}}
 # A trainer in miniature: its state lives in an actor on the worker, and on SIGTERM it asks
 # that actor for a checkpoint that takes a few seconds.
 STATEFUL_JOB = textwrap.dedent("""
@@ -299,10 +298,11 @@ def test_deleted_ray_pods_run_the_drain_hook_so_the_job_checkpoints_before_they_
     cluster, k8s_api, namespace, tmp_path
 ):
     """What a Kueue preemption does to a run's cluster (KubeRay deletes every pod at once),
-    with the drain command as the pods' preStop hook: the head's hook stops the job, and the
-    worker's keeps its pod up until the job, which needs the worker's actor to checkpoint, has
-    ended."""
+    with the operator's preStop hook: the head's hook stops the job, and the worker's keeps
+    its pod up until the job, which needs the worker's actor to checkpoint, has ended."""
     from ray.job_submission import JobSubmissionClient
+
+    from grpo_operator.children.raycluster import DRAIN_HOOK
 
     core = client.CoreV1Api(k8s_api)
     out = tmp_path / "out"

@@ -17,7 +17,7 @@ def pod(node_type: str, *, ready: bool = True, deleting: bool = False) -> dict:
         "phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]}}
 
 
-def test_kuberays_ready_status_is_healthy_only_with_a_ready_head_pod_when_pods_are_read():
+def test_kuberays_ready_status_is_healthy_only_with_ready_pods_when_pods_are_read():
     assert cluster_health(READY_RC, 1) == ClusterHealth.HEALTHY  # pods not read
     assert cluster_health(READY_RC, 1, [pod("head"), pod("worker")]) == ClusterHealth.HEALTHY
     # KubeRay has not written the head's loss yet: its pods say so first.
@@ -26,3 +26,8 @@ def test_kuberays_ready_status_is_healthy_only_with_a_ready_head_pod_when_pods_a
         ClusterHealth.PROVISIONING)
     assert cluster_health(READY_RC, 1, [pod("head", ready=False)]) == ClusterHealth.PROVISIONING
     assert cluster_health(READY_RC, 2, [pod("head")]) == ClusterHealth.PROVISIONING
+    # A worker being deleted (drained, preempted) while KubeRay still counts it ready.
+    assert cluster_health(READY_RC, 1, [pod("head"), pod("worker", deleting=True)]) == (
+        ClusterHealth.PROVISIONING)
+    assert cluster_health(READY_RC, 1, [pod("head"), pod("worker", ready=False)]) == (
+        ClusterHealth.PROVISIONING)

@@ -28,7 +28,10 @@ from grpo_operator.children.volumes import SCRATCH_ENV, ray_pod_mounts, ray_pod_
 from grpo_operator.naming import ChildNames
 
 RAY_VERSION = "2.60.0"
-
+# A Ray pod deleted without the operator asking first (Kueue preempting the run, a node drained)
+# has the trainer checkpoint before it goes: see grpo_trainer/driver/drain.py. The grace period
+# bounds the hook and the shutdown together.
+DRAIN_HOOK = {"preStop": {"exec": {"command": ["python", "-m", "grpo_trainer", "drain"]}}}
 GPU_WORKER_GROUP = "gpu"
 CPU_WORKER_GROUP = "cpu"
 
@@ -69,6 +72,7 @@ def _pod_template(
                 "env": _env(spec),
                 "resources": resources,
                 "volumeMounts": ray_pod_mounts(spec),
+                "lifecycle": DRAIN_HOOK,
                 "securityContext": container_security_context(),
             }
         ],

@@ -110,6 +110,15 @@ class Runs:
     def phase(self, name: str) -> str | None:
         return self.status(name).get("phase")
 
+    def in_attempt(self, name: str, attempt: int, *phases: str) -> dict[str, Any] | None:
+        """The run's status if it is in one of ``phases`` during ``attempt``, else None. One
+        read: two could see the phase of one attempt and the number of the next."""
+        status = self.status(name)
+        if status.get("phase") in phases and (
+                (status.get("recovery") or {}).get("attempt") == attempt):
+            return status
+        return None
+
     def children(self, name: str) -> dict[str, list[str]]:
         """Every object labelled as this run's child, by kind (empty lists dropped)."""
         selector = f"grpo.dev/run={name}"

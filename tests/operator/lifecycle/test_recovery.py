@@ -28,21 +28,22 @@ def test_a_lost_driver_resumes_on_the_warm_cluster_and_a_lost_cluster_is_replace
                    what="the first driver running")
     runs.core.delete_namespaced_pod(pod.metadata.name, runs.namespace)
 
-    wait_for(lambda: runs.phase(name) == "Running"
-             and runs.status(name)["recovery"]["attempt"] == 2, 180,
+    wait_for(lambda: runs.in_attempt(name, 2, "Running"), 180,
              what="the second attempt running")
     second_cluster = runs.custom.get_namespaced_custom_object(
         "ray.io", "v1", runs.namespace, "rayclusters", name)["metadata"]["uid"]
     assert second_cluster == first_cluster  # the warm cluster, not a new one
-    steps = wait_for(lambda: runs.ledger(name).get("completedSteps", 0) >
-                     (runs.status(name)["recovery"].get("resumedFromStep") or 0)
-                     and runs.ledger(name)["completedSteps"], 300,
-                     what="a step of the second attempt")
-    assert steps < 20
+    def a_step_of_the_second_attempt():
+        status = runs.status(name)
+        done = (status.get("ledger") or {}).get("completedSteps", 0)
+        return done > (status["recovery"].get("resumedFromStep") or 0) and done
 
-    # The head is lost and cannot come back (its node pool is gone). The driver loses its
-    # Ray job and fails, or the operator gives up on the cluster first; either way, past the
-    # bound the RayCluster is replaced and the next attempt runs on the new one.
+    assert wait_for(a_step_of_the_second_attempt, 300, what="a step of the second attempt") < 20
+
+    # The head is lost and cannot come back (its node pool is gone). Its drain hook stops the
+    # Ray job (the trainer checkpoints and exits), or the driver loses the job, or the operator
+    # gives up on the cluster first; whichever, the next attempt does not start on a head being
+    # deleted: past the bound the RayCluster is replaced and the next attempt runs on the new one.
     runs.custom.patch_namespaced_custom_object(
         "ray.io", "v1", runs.namespace, "rayclusters", name,
         {"spec": {"headGroupSpec": {"template": {"spec": {
@@ -50,8 +51,7 @@ def test_a_lost_driver_resumes_on_the_warm_cluster_and_a_lost_cluster_is_replace
     heads = runs.core.list_namespaced_pod(
         runs.namespace, label_selector=f"ray.io/cluster={name},ray.io/node-type=head").items
     runs.core.delete_namespaced_pod(heads[0].metadata.name, runs.namespace)
-    wait_for(lambda: runs.phase(name) == "Running"
-             and runs.status(name)["recovery"]["attempt"] == 3, 240,
+    wait_for(lambda: runs.in_attempt(name, 3, "Running"), 240,
              what="the third attempt running on a new cluster")
     third_cluster = runs.ray_cluster(name)["metadata"]["uid"]
     assert third_cluster != first_cluster

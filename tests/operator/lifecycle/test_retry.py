@@ -31,8 +31,8 @@ def test_restarts_exhausted_then_retried_once_per_id(runs, tmp_path):
     checkpoint = (failed["recovery"].get("lastCheckpoint") or {}).get("step")
 
     runs.patch(name, {"metadata": {"annotations": {"grpo.dev/retry": "op-1"}}})
-    wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed")
-             and runs.status(name)["recovery"]["attempt"] == 2, 400, what="the retried end")
+    wait_for(lambda: runs.in_attempt(name, 2, "Succeeded", "Failed"), 400,
+             what="the retried end")
     status = runs.status(name)
     assert status["phase"] == "Succeeded", status.get("terminal")
     assert status["seenRetryIds"] == ["op-1"]
@@ -64,8 +64,8 @@ def test_a_drained_driver_costs_no_restart(runs, tmp_path):
         pod.metadata.name, runs.namespace,
         client.V1Eviction(metadata=client.V1ObjectMeta(name=pod.metadata.name,
                                                        namespace=runs.namespace)))
-    wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed")
-             and runs.status(name)["recovery"]["attempt"] == 2, 400, what="the second end")
+    wait_for(lambda: runs.in_attempt(name, 2, "Succeeded", "Failed"), 400,
+             what="the second end")
     status = runs.status(name)
     assert status["phase"] == "Succeeded", status.get("terminal")
     assert [(h["attempt"], h["reason"]) for h in status["recovery"]["history"]] == [

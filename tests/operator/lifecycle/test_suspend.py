@@ -9,7 +9,7 @@ import pytest
 from tests.operator.lifecycle.runs import tiny_example
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.second_cluster]
 
 
 def test_suspend_resume_then_cancel(runs, tmp_path):
@@ -39,8 +39,7 @@ def test_suspend_resume_then_cancel(runs, tmp_path):
     assert [e for e in runs.events(name) if e[1] == "Stopping"]
 
     runs.patch(name, {"spec": {"runPolicy": {"suspend": False}}})
-    wait_for(lambda: runs.phase(name) == "Running"
-             and runs.status(name)["recovery"]["attempt"] == 2, 180,
+    wait_for(lambda: runs.in_attempt(name, 2, "Running"), 180,
              what="the resumed attempt running")
     assert runs.ray_cluster(name)["metadata"]["uid"] != first_cluster
     # A resume starts a new RayCluster: new Ray nodes, a new engine (minutes on a busy 2-core

@@ -14,7 +14,7 @@ from grpo_operator.api.report import REPORT_KEY, REPORT_SIGNATURE_KEY
 from tests.operator.lifecycle.runs import tiny_example
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.second_cluster]
 
 
 def editor_client(cluster, admin: client.ApiClient, namespace: str, directory) -> client.ApiClient:

@@ -4,9 +4,8 @@ has the trainer checkpoint first.
 The trainer's state lives in actors on the worker pods, so a checkpoint needs every pod alive
 until it is written. When a RayCluster's pods are deleted without the operator asking first —
 Kueue preempting the run (it suspends the RayCluster and KubeRay deletes the pods), a node
-drained, the cluster deleted by hand — the kubelet would run this hook in each pod before it
-sends SIGTERM, the pod's ``terminationGracePeriodSeconds`` bounding hook and shutdown together.
-The operator does not set it on its RayClusters yet: docs/kueue.md says why.
+drained, the cluster deleted by hand — the kubelet runs this hook in each pod before it sends
+SIGTERM, and the pod's ``terminationGracePeriodSeconds`` bounds hook and shutdown together.
 
 Every pod does the same: ask the head's Jobs API to stop each job still active (Ray sends the
 trainer SIGTERM: it checkpoints and exits, within ``RAY_JOB_STOP_WAIT_TIME_S``, which the
