@@ -270,7 +270,8 @@ def limits(results: list[dict]) -> str:
             f"(OMP_NUM_THREADS={learner['OMP_NUM_THREADS']} in its Ray actor), bare loop "
             f"{bare['torch_threads']}, TRL {entry['trl'].get('torch_threads', '?')}; the vLLM "
             f"engine's worker bound to cores [{cores['trainer']}] in the trainer and "
-            f"[{cores['standalone']}] standalone (`VLLM_CPU_OMP_THREADS_BIND` auto)"
+            f"[{cores['standalone']}] standalone (every core of its pod, "
+            f"`grpo_trainer.cores`)"
         )
     table = markdown_table(["model", "phase", "this trainer", "bare", "trainer ÷ bare",
                             "other work, cores: trainer / bare"], rows)

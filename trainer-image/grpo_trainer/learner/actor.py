@@ -20,6 +20,7 @@ from torch import Tensor
 
 from grpo_operator.api.checkpoint_layout import MODEL_SUBDIR
 from grpo_trainer.algorithm_settings import AlgorithmSettings
+from grpo_trainer.cores import pod_cores
 from grpo_trainer.learner.forward import batched_logprobs
 from grpo_trainer.learner.model import COMPUTE_DTYPES, load_model
 from grpo_trainer.learner.parallel import DataParallel
@@ -66,11 +67,11 @@ class LearnerSettings:
 
 
 def cpu_threads_per_rank(world_size: int) -> int:
-    """Torch threads for a CPU rank: its share of the cores this process may run on. Ray starts
-    an actor with a fractional CPU request with ``OMP_NUM_THREADS=1``, but on the CPU the engine
-    and the ranks take turns (the engine idles while the ranks update), so one thread would
-    leave cores idle through every update."""
-    return max(1, len(os.sched_getaffinity(0)) // world_size)
+    """Torch threads for a CPU rank: its share of its pod's cores. Ray starts an actor with a
+    fractional CPU request with ``OMP_NUM_THREADS=1``, but on the CPU the engine and the ranks
+    take turns (the engine idles while the ranks update), so one thread would leave cores idle
+    through every update."""
+    return max(1, len(pod_cores()) // world_size)
 
 
 class LearnerRank:

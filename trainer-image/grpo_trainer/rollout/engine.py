@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 
 from grpo_trainer.batch import Completion
+from grpo_trainer.cores import BIND_ENV, engine_binding, pod_cores
 from grpo_trainer.rollout.weight_sync import EXTENSION_CLS
 from grpo_trainer.rollout.weight_transport import GroupAddress, node_ip
 
@@ -57,6 +58,10 @@ class RolloutEngine:
 
     def __init__(self, settings: EngineSettings) -> None:
         os.environ.update(settings.env)
+        if not settings.use_gpu and BIND_ENV not in os.environ:
+            # The trainer never generates while it updates: while the engine generates, its
+            # pod's cores are its own. A binding set in the pod's env (resources.env) stands.
+            os.environ.update(engine_binding(pod_cores(), settings.tensor_parallel_size))
         from vllm import LLM
 
         kwargs = {}
