@@ -25,7 +25,9 @@ TRL_PATHS = (("trl", "TRL, `model.generate`"), ("trl_vllm", "TRL, vLLM colocate"
 PARTS = (
     ("generate_s", "generate"),
     ("reward_s", "reward"),
-    ("learn_s", "logprob passes + update"),
+    ("logprobs_s", "logprob passes"),
+    ("update_s", "update"),
+    ("learner_calls_s", "learner calls' rest"),
     ("sync_s", "weight sync"),
     ("other_s", "other"),
     ("after_s", "checkpoint + reports, after the step"),
@@ -41,7 +43,10 @@ class Step:
     reward: float  # mean over the step's completions
     generate_s: float
     reward_s: float
-    learn_s: float
+    learn_s: float  # the logprob passes, the update and what carries them
+    logprobs_s: float | None = None  # no-grad passes: the reference's, the old policy's
+    update_s: float | None = None  # forward/backward and the optimizer step
+    learner_calls_s: float | None = None  # learn_s less both: Ray calls, transfers, waits
     sync_s: float | None = None
     other_s: float | None = None
     after_s: float | None = None
@@ -56,27 +61,34 @@ class Step:
 
 
 def ours(train: dict, warmup: int) -> list[Step]:
-    return [
-        Step(
-            step_s=s["time_step_s"],
-            generated_tokens=s["generated_tokens"],
-            reward=s["reward_mean"],
-            generate_s=s["time_generate_s"],
-            reward_s=s["time_reward_s"],
-            learn_s=s["time_learn_s"],
-            sync_s=s["time_sync_s"],
-            other_s=s["time_step_s"] - s["time_generate_s"] - s["time_reward_s"]
-            - s["time_learn_s"] - s["time_sync_s"],
-            after_s=s["cycle_s"] - s["time_step_s"],
-        )
-        for s in train["steps"][warmup:]
-    ]
+    return [_our_step(s) for s in train["steps"][warmup:]]
+
+
+def _our_step(s: dict) -> Step:
+    logprobs = (s["time_ref_logprobs_s"] or 0.0) + (s["time_old_logprobs_s"] or 0.0)
+    return Step(
+        step_s=s["time_step_s"],
+        generated_tokens=s["generated_tokens"],
+        reward=s["reward_mean"],
+        generate_s=s["time_generate_s"],
+        reward_s=s["time_reward_s"],
+        learn_s=s["time_learn_s"],
+        logprobs_s=logprobs,
+        update_s=s["time_update_s"],
+        learner_calls_s=s["time_learn_s"] - logprobs - s["time_update_s"],
+        sync_s=s["time_sync_s"],
+        other_s=s["time_step_s"] - s["time_generate_s"] - s["time_reward_s"]
+        - s["time_learn_s"] - s["time_sync_s"],
+        after_s=s["cycle_s"] - s["time_step_s"],
+    )
 
 
 def trl(result: dict | None, warmup: int) -> list[Step] | None:
-    """TRL's generation call includes its weight sync (vLLM path); it is split out here.
-    Everything else in its step (logprob passes, forward/backward, optimizer) is ``learn``.
-    None for a run that failed or did not happen."""
+    """TRL's generation call includes its weight sync (vLLM path); it is split out here. Its
+    logprob passes are the rest of the call that generates and scores (``prepare_s``: after
+    generation it runs the reference's and the old policy's no-grad passes); its update is the
+    rest of the step (forward/backward, optimizer). None for a run that failed or did not
+    happen."""
     if result is None or "error" in result:
         return None
     return [
@@ -87,6 +99,8 @@ def trl(result: dict | None, warmup: int) -> list[Step] | None:
             generate_s=s["generate_s"] - s.get("sync_s", 0.0),
             reward_s=s["reward_s"],
             learn_s=s["step_s"] - s["generate_s"] - s["reward_s"],
+            logprobs_s=s["prepare_s"] - s["generate_s"] - s["reward_s"],
+            update_s=s["step_s"] - s["prepare_s"],
             sync_s=s.get("sync_s"),
         )
         for s in sorted(result["steps"], key=lambda s: s["step"])[warmup:]
@@ -220,14 +234,18 @@ def split(results: list[dict]) -> str:
     return "\n\n".join([
         "## Where a step's time goes",
         "Seconds of each phase in the median timed step, and their share of it. This trainer's "
-        "phases are its own `StepMetrics` (`time_generate_s`, `time_reward_s`, `time_learn_s`, "
-        "`time_sync_s`); *other* is the rest of its step (batch building, ledger); "
-        "*checkpoint + reports* runs between steps (after-step hooks: a checkpoint every step "
-        "here) and is not part of *step s*. The trainer does not yet time its logprob pass "
-        "(the reference's) apart from the update, so they share a column; the bare torch "
-        "rows of the next section show how the two split. TRL's phases come from wrapping its "
-        "generation and reward calls (and its vLLM weight sync); the rest of its step is in "
-        "*logprob passes + update*.",
+        "phases are its own `StepMetrics`: `time_generate_s`, `time_reward_s`; *logprob "
+        "passes* `time_ref_logprobs_s` + `time_old_logprobs_s` (the reference's no-grad pass; "
+        "with one optimizer step per batch the update's own forward gives the old policy's), "
+        "*update* `time_update_s` (forward/backward, AdamW), both timed in the learner rank; "
+        "*learner calls' rest* is the rest of `time_learn_s` (Ray calls, moving the batch, "
+        "gathering results); `time_sync_s`; *other* is the rest of its step (batch building, "
+        "ledger); *checkpoint + reports* runs between steps (after-step hooks: a checkpoint "
+        "every step here) and is not part of *step s*. TRL's phases come from wrapping its "
+        "generation and reward calls (and its vLLM weight sync) and the call that prepares a "
+        "batch (`_generate_and_score_completions`): its *logprob passes* are that call less "
+        "generation and reward (also tokenising and advantages), its *update* the rest of "
+        "its step.",
         table,
     ])
 

@@ -4,8 +4,9 @@ The experiment's settings come from ``bench.experiment`` (``Experiment.trl_confi
 model and the dataset from the directory ``trainer_side prepare`` made, the reward is the
 trainer's own ``CharFractionReward`` (PYTHONPATH carries ``trainer-image``). A callback times
 each optimizer step (``on_step_begin`` to ``on_step_end``: generation, scoring, logprob passes,
-forward/backward and the optimizer step); a subclass times generation and scoring inside it,
-and on the vLLM path the weight sync (which TRL runs inside its generation call).
+forward/backward and the optimizer step); a subclass times, inside it, the call that prepares
+the batch (generation, scoring, then the logprob passes), generation and scoring, and on the
+vLLM path the weight sync (which TRL runs inside its generation call).
 ``--generation vllm`` asks for TRL's colocated vLLM path instead of ``model.generate``.
 """
 
@@ -72,6 +73,14 @@ def run(exp: Experiment, workdir: Path, generation: str) -> dict:
                 return super()._generate_single_turn(*args, **kwargs)
             finally:
                 per_step[self.state.global_step + 1]["generate_s"] += time.perf_counter() - start
+
+        def _generate_and_score_completions(self, *args, **kwargs):
+            # Generation, scoring, then the reference's and the old policy's no-grad passes.
+            start = time.perf_counter()
+            try:
+                return super()._generate_and_score_completions(*args, **kwargs)
+            finally:
+                per_step[self.state.global_step + 1]["prepare_s"] += time.perf_counter() - start
 
         def _calculate_rewards(self, *args, **kwargs):
             start = time.perf_counter()

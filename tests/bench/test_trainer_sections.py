@@ -15,12 +15,15 @@ CONTEXT = {"trl_version": "1.13.0", "torch_version": "2.13.0", "transformers_ver
 def _ours_step(step: int, step_s: float) -> dict:
     return {"step": step, "generated_tokens": 1000, "reward_mean": 0.25, "time_step_s": step_s,
             "time_generate_s": step_s / 2, "time_reward_s": 0.0, "time_learn_s": step_s / 4,
-            "time_sync_s": step_s / 8, "cycle_s": step_s + 0.5, "logprob_mismatch": 1e-6}
+            "time_ref_logprobs_s": step_s / 16, "time_old_logprobs_s": None,
+            "time_update_s": step_s / 8, "time_sync_s": step_s / 8, "cycle_s": step_s + 0.5,
+            "logprob_mismatch": 1e-6}
 
 
 def _trl_step(step: int, step_s: float, sync: bool) -> dict:
     figures = {"step": step, "generated_tokens": 1000.0, "completions": 10.0,
-               "reward_sum": 1.0, "generate_s": step_s / 2, "reward_s": 0.0, "step_s": step_s}
+               "reward_sum": 1.0, "generate_s": step_s / 2, "reward_s": 0.0,
+               "prepare_s": step_s * 3 / 4, "step_s": step_s}
     return {**figures, "sync_s": step_s / 10, "logp_gap": 1e-3} if sync else figures
 
 
@@ -98,9 +101,16 @@ def test_a_trl_path_that_did_not_run_is_left_out():
 
 
 def test_split_shares_add_up_and_checkpoint_is_outside_the_step():
-    ours = _rows(trainer_sections.split([_entry()]))[0]
-    assert ours[1:] == ["this trainer", "2.00", "1.00 (50%)", "0.000 (0%)", "0.500 (25%)",
-                        "0.250 (12%)", "0.250 (12%)", "0.500 (25%)"]
+    ours, trl_hf, trl_vllm = _rows(trainer_sections.split([_entry()]))
+    # generate, reward, logprob passes, update, learner calls' rest, sync, other, after.
+    assert ours[1:] == ["this trainer", "2.00", "1.00 (50%)", "0.000 (0%)", "0.125 (6%)",
+                        "0.250 (12%)", "0.125 (6%)", "0.250 (12%)", "0.250 (12%)",
+                        "0.500 (25%)"]
+    # TRL: the passes are what its batch preparation took beyond generating and scoring, the
+    # update the rest of its step; it has no learner calls, sync (generate path) or checkpoint.
+    assert trl_hf[1:] == ["TRL, `model.generate`", "0.500", "0.250 (50%)", "0.000 (0%)",
+                          "0.125 (25%)", "0.125 (25%)", "–", "–", "–", "–"]
+    assert trl_vllm[1:4] == ["TRL, vLLM colocate", "2.00", "0.800 (40%)"]  # sync taken out
 
 
 def test_limits_compare_the_trainer_with_the_same_work_done_bare():
