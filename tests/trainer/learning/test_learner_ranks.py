@@ -60,6 +60,7 @@ def _torch_threads(_actor) -> int:
 
 
 def test_cpu_ranks_share_the_cores_instead_of_rays_one_thread(make_learners):
+    """Here every rank is on the one Ray node: they split its cores."""
     import ray
 
     cores = len(os.sched_getaffinity(0))

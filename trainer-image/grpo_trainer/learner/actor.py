@@ -66,12 +66,23 @@ class LearnerSettings:
                    gradient_checkpointing=spec.learner.gradient_checkpointing)
 
 
-def cpu_threads_per_rank(world_size: int) -> int:
-    """Torch threads for a CPU rank: its share of its pod's cores. Ray starts an actor with a
-    fractional CPU request with ``OMP_NUM_THREADS=1``, but on the CPU the engine and the ranks
-    take turns (the engine idles while the ranks update), so one thread would leave cores idle
-    through every update."""
-    return max(1, len(pod_cores()) // world_size)
+def cpu_threads_per_rank(ranks_on_pod: int) -> int:
+    """Torch threads for a CPU rank: its share of its pod's cores with the other ranks there.
+    Ray starts an actor with a fractional CPU request with ``OMP_NUM_THREADS=1``, but on the CPU
+    the engine and the ranks take turns (the engine idles while the ranks update), so one
+    thread would leave cores idle through every update."""
+    return max(1, len(pod_cores()) // ranks_on_pod)
+
+
+def _ranks_on_my_node() -> int:
+    """How many ranks of the group share this rank's Ray node (its pod), by asking them all:
+    the placement may put one rank on each pod or several on one."""
+    import ray
+
+    mine = ray.get_runtime_context().get_node_id()
+    nodes: list[str | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(nodes, mine)
+    return nodes.count(mine)
 
 
 class LearnerRank:
@@ -97,7 +108,7 @@ class LearnerRank:
         # The collectives keep torch's default timeout: only the meeting is bounded here.
         dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size)
         if not self.settings.use_gpu:
-            torch.set_num_threads(cpu_threads_per_rank(self.world_size))
+            torch.set_num_threads(cpu_threads_per_rank(_ranks_on_my_node()))
         torch.manual_seed(self.settings.seed)
         self.device = torch.device("cuda" if self.settings.use_gpu else "cpu")
         s = self.settings
