@@ -7,11 +7,13 @@ import os
 from grpo_trainer import cores
 
 
-def test_an_engine_binds_every_core_split_between_its_workers_and_holds_none_back():
+def test_on_a_small_pod_an_engine_binds_every_core_split_between_its_workers():
     assert cores.engine_binding([0, 1], 1) == {
         "VLLM_CPU_OMP_THREADS_BIND": "0,1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-    assert cores.engine_binding([4, 5, 6, 7, 8], 2)["VLLM_CPU_OMP_THREADS_BIND"] == "4,5|6,7"
+    assert cores.engine_binding([4, 5], 2)["VLLM_CPU_OMP_THREADS_BIND"] == "4|5"
     assert cores.engine_binding([3], 2) == {}  # fewer cores than workers: vLLM decides
+    # A bigger pod: vLLM's own binding (one CPU per physical core, a core for its scheduler).
+    assert cores.engine_binding([0, 1, 2, 3], 1) == {}
 
 
 def test_a_pods_cores_are_its_affinity_cut_to_its_ray_nodes_cpus(monkeypatch):
