@@ -13,6 +13,7 @@ vLLM path the weight sync (which TRL runs inside its generation call).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from collections import defaultdict
@@ -66,28 +67,28 @@ def run(exp: Experiment, workdir: Path, generation: str) -> dict:
         figures["reward_sum"] += sum(scores)
         return scores
 
+    @contextlib.contextmanager
+    def timing(figure: str):
+        """Adds the block's seconds to the current step's ``figure``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            per_step[trainer.state.global_step + 1][figure] += time.perf_counter() - start
+
     class TimedGRPOTrainer(GRPOTrainer):
         def _generate_single_turn(self, *args, **kwargs):
-            start = time.perf_counter()
-            try:
+            with timing("generate_s"):
                 return super()._generate_single_turn(*args, **kwargs)
-            finally:
-                per_step[self.state.global_step + 1]["generate_s"] += time.perf_counter() - start
 
         def _generate_and_score_completions(self, *args, **kwargs):
             # Generation, scoring, then the reference's and the old policy's no-grad passes.
-            start = time.perf_counter()
-            try:
+            with timing("prepare_s"):
                 return super()._generate_and_score_completions(*args, **kwargs)
-            finally:
-                per_step[self.state.global_step + 1]["prepare_s"] += time.perf_counter() - start
 
         def _calculate_rewards(self, *args, **kwargs):
-            start = time.perf_counter()
-            try:
+            with timing("reward_s"):
                 return super()._calculate_rewards(*args, **kwargs)
-            finally:
-                per_step[self.state.global_step + 1]["reward_s"] += time.perf_counter() - start
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
@@ -126,9 +127,8 @@ def run(exp: Experiment, workdir: Path, generation: str) -> dict:
         sync = trainer.vllm_generation.sync_weights
 
         def timed_sync():
-            start = time.perf_counter()
-            sync()
-            per_step[trainer.state.global_step + 1]["sync_s"] += time.perf_counter() - start
+            with timing("sync_s"):
+                sync()
 
         trainer.vllm_generation.sync_weights = timed_sync
     trainer.train()
