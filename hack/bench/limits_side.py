@@ -37,6 +37,7 @@ def engine(exp: Experiment, workdir: Path, step_prompts: list[list[list[int]]]) 
     sampling = SamplingSettings(group_size=exp.group_size, max_tokens=exp.max_response_tokens,
                                 temperature=exp.temperature, top_p=exp.top_p)
     rollout = RolloutEngine(settings)
+    print(f"[bench] rollout engine: {rollout.describe()}", flush=True)
     rounds = []
     try:
         for i, prompts in enumerate(step_prompts):

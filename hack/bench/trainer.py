@@ -31,7 +31,7 @@ from bench.trainer_side import PREPARED
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / ".bench" / "trainer"
 SIDE_TIMEOUT_S = 900
-ENGINE_CORES = re.compile(r"core ids=\[([^\]]*)\]")  # vLLM's CPU worker logs its binding
+ENGINE_CORES = re.compile(r"rollout engine.*cores=\[([^\]]*)\]")  # RolloutEngine.describe
 # TRL's vLLM path runs here but slowly: on the 25M model at 8 x 8 its steps took 40-100 s
 # (generation and update both slower than with model.generate), which alone would take the
 # benchmark past its budget. It is measured on these experiments only.

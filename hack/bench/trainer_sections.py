@@ -287,7 +287,7 @@ def limits(results: list[dict]) -> str:
             f"learner rank {learner['torch_threads']} torch thread(s) "
             f"(OMP_NUM_THREADS={learner['OMP_NUM_THREADS']} in its Ray actor), bare loop "
             f"{bare['torch_threads']}, TRL {entry['trl'].get('torch_threads', '?')}; the vLLM "
-            f"engine's worker bound to cores [{cores['trainer']}] in the trainer and "
+            f"engine in its actor's process on cores [{cores['trainer']}] in the trainer and "
             f"[{cores['standalone']}] standalone (every core of its pod, "
             f"`grpo_trainer.cores`)"
         )

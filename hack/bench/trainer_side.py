@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -127,6 +128,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the driver's log, as in a pod
     exp = by_name(args.experiment)
     run = prepare if args.command == "prepare" else train
     args.out.write_text(json.dumps(run(exp, args.workdir)))

@@ -1,4 +1,4 @@
-"""The pod's cores, and the vLLM binding of an engine that takes turns with the learners."""
+"""The pod's cores, and the vLLM environment of an engine that takes turns with the learners."""
 
 from __future__ import annotations
 
@@ -7,13 +7,16 @@ import os
 from grpo_trainer import cores
 
 
-def test_on_a_small_pod_an_engine_binds_every_core_split_between_its_workers():
-    assert cores.engine_binding([0, 1], 1) == {
-        "VLLM_CPU_OMP_THREADS_BIND": "0,1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-    assert cores.engine_binding([4, 5], 2)["VLLM_CPU_OMP_THREADS_BIND"] == "4|5"
-    assert cores.engine_binding([3], 2) == {}  # fewer cores than workers: vLLM decides
-    # A bigger pod: vLLM's own binding (one CPU per physical core, a core for its scheduler).
-    assert cores.engine_binding([0, 1, 2, 3], 1) == {}
+def test_a_cpu_engine_runs_its_core_in_process_and_binds_tensor_parallel_workers_on_small_pods():
+    assert cores.cpu_engine_env([0, 1], 1) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert cores.cpu_engine_env(list(range(8)), 1) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    # Workers of their own: a small pod's cores split between them, none held back.
+    assert cores.cpu_engine_env([4, 5], 2) == {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_OMP_THREADS_BIND": "4|5", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    # Fewer cores than workers, or a bigger pod: vLLM's own binding.
+    assert cores.cpu_engine_env([3], 2) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert cores.cpu_engine_env([0, 1, 2, 3], 2) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 def test_a_pods_cores_are_its_affinity_cut_to_its_ray_nodes_cpus(monkeypatch):

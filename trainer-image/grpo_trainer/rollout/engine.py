@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 
 from grpo_trainer.batch import Completion
-from grpo_trainer.cores import BIND_ENV, engine_binding, pod_cores
+from grpo_trainer.cores import INPROCESS_ENV, cpu_engine_env, pod_cores
 from grpo_trainer.rollout.weight_sync import EXTENSION_CLS
 from grpo_trainer.rollout.weight_transport import GroupAddress, node_ip
 
@@ -58,10 +58,8 @@ class RolloutEngine:
 
     def __init__(self, settings: EngineSettings) -> None:
         os.environ.update(settings.env)
-        if not settings.use_gpu and BIND_ENV not in os.environ:
-            # The trainer never generates while it updates: while the engine generates, its
-            # pod's cores are its own. A binding set in the pod's env (resources.env) stands.
-            os.environ.update(engine_binding(pod_cores(), settings.tensor_parallel_size))
+        self.cores = None if settings.use_gpu else self._take_the_pods_cores(
+            settings.tensor_parallel_size)
         from vllm import LLM
 
         kwargs = {}
@@ -86,6 +84,30 @@ class RolloutEngine:
             **kwargs,
         )
 
+    @staticmethod
+    def _take_the_pods_cores(tensor_parallel_size: int) -> list[int] | None:
+        """The trainer never generates while it updates: while the engine generates, its pod's
+        cores are its own (``cores.cpu_engine_env``); what the pod's env (resources.env) sets
+        stands. Returns the cores the model runs on in this process (None: not here)."""
+        cores = pod_cores()
+        env = cpu_engine_env(cores, tensor_parallel_size)
+        os.environ.update({k: v for k, v in env.items() if k not in os.environ})
+        if tensor_parallel_size > 1 or os.environ[INPROCESS_ENV] != "0":
+            return None
+        import torch
+
+        # Ray starts an actor with a fractional CPU request on one thread, and vLLM cuts an
+        # engine to one thread unless OMP_NUM_THREADS says otherwise.
+        os.environ["OMP_NUM_THREADS"] = str(len(cores))
+        torch.set_num_threads(len(cores))
+        return cores
+
+    def describe(self) -> str:
+        """Where the model runs, for the driver's log once the engine has started."""
+        if self.cores is None:
+            return "vLLM's own processes"
+        return f"in-process on {len(self.cores)} threads, cores={self.cores}"
+
     def generate(
         self,
         prompts: list[list[int]],
@@ -109,12 +131,19 @@ class RolloutEngine:
                 max_tokens=sampling.max_tokens,
                 logprobs=0,
                 seed=seed,
+                detokenize=False,
             )
             for seed, n in zip(seeds, counts, strict=True)
         ]
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False
         )
+        # Decoded once here rather than token by token in the engine's loop (with every
+        # sampled logprob's token decoded too): on a small model that loop's detokenising took
+        # as long as the model. The text is what TRL's rewards see: the tokens, special
+        # tokens skipped.
+        texts = iter(self.llm.get_tokenizer().batch_decode(
+            [c.token_ids for out in outputs for c in out.outputs], skip_special_tokens=True))
         return [
             [
                 Completion(
@@ -123,7 +152,7 @@ class RolloutEngine:
                         step[token].logprob
                         for step, token in zip(c.logprobs, c.token_ids, strict=True)
                     ),
-                    text=c.text,
+                    text=next(texts),
                     finish_reason=c.finish_reason or "length",
                 )
                 for c in out.outputs

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 
 from grpo_trainer.batch import Completion
 from grpo_trainer.placement import EngineSlot, actor_options
 from grpo_trainer.rollout.engine import EngineSettings, RolloutEngine, SamplingSettings
 from grpo_trainer.rollout.weight_transport import GroupAddress
+
+log = logging.getLogger(__name__)
 
 
 class EnginePool:
@@ -34,7 +37,9 @@ class EnginePool:
         the first step. The engines start in the background from the constructor on."""
         import ray
 
-        ray.get([engine.__ray_ready__.remote() for engine in self.engines])
+        where = ray.get([engine.describe.remote() for engine in self.engines])
+        for e, line in enumerate(where):
+            log.info("rollout engine %d: %s", e, line)
 
     def generate(
         self,
