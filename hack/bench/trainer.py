@@ -36,6 +36,8 @@ ENGINE_CORES = re.compile(r"rollout engine.*cores=\[([^\]]*)\]")  # RolloutEngin
 # (generation and update both slower than with model.generate), which alone would take the
 # benchmark past its budget. It is measured on these experiments only.
 TRL_VLLM_EXPERIMENTS = ("tiny",)
+# This trainer again with more CPU learner ranks, on this experiment only (about 4 minutes each).
+RANKS_EXPERIMENT, MORE_RANKS = "25M", (2, 4)
 
 Progress = Callable[[str], None]
 
@@ -173,6 +175,14 @@ def run_experiment(exp: Experiment, trl: str, progress: Progress) -> dict:
         except SideFailed as err:
             trl_vllm = {"error": err.last_line}
 
+    more_ranks = []
+    for ranks in MORE_RANKS if exp.name == RANKS_EXPERIMENT else ():
+        progress(f"{exp.name}: this trainer with {ranks} learner ranks")
+        result, _ = _side(ours_py, "bench.trainer_side",
+                          ["train", *name, "--learner-ranks", str(ranks)], workdir,
+                          f"train-ranks{ranks}", progress)
+        more_ranks.append({"ranks": ranks, "train": result})
+
     step_prompts = [[prepared["prompt_ids"][i] for i in step["prompt_indices"]]
                     for step in ours["steps"]]
     (workdir / "prompts.json").write_text(json.dumps(step_prompts))
@@ -194,6 +204,7 @@ def run_experiment(exp: Experiment, trl: str, progress: Progress) -> dict:
         "widths": widths,
         "trl": trl_hf,
         "trl_vllm": trl_vllm,
+        "more_ranks": more_ranks,
         "engine": engine,
         "engine_cores": {"trainer": _cores(ours_log), "standalone": _cores(engine_log)},
         "bare": bare,
@@ -206,7 +217,7 @@ def _cores(log: str) -> str:
 
 
 def sections(progress: Progress) -> list[str]:
-    """Run the whole trainer benchmark (about 15 minutes on 2 cores, plus the TRL venv the
+    """Run the whole trainer benchmark (about 10 minutes on 2 cores, plus the TRL venv the
     first time) and return its markdown sections."""
     start, load_before = time.monotonic(), os.getloadavg()[0]
     trl = trl_python(progress)

@@ -3,8 +3,9 @@
 ``results`` holds one entry per experiment, as ``bench.trainer`` collects them:
 ``experiment`` (``Experiment.to_dict()``), ``parameters``, ``ours`` (``trainer_side train``),
 ``widths`` (each step's prompt + response columns), ``trl`` and ``trl_vllm`` (``trl_side``;
-``{"error": ...}`` when a run failed, None when not run), ``engine`` and ``bare``
-(``limits_side``), ``engine_cores`` (the vLLM binding logged in the trainer and standalone).
+``{"error": ...}`` when a run failed, None when not run), ``more_ranks`` (``trainer_side
+train --learner-ranks``: ``{"ranks": n, "train": ...}``, maybe empty), ``engine`` and ``bare``
+(``limits_side``), ``engine_cores`` (the engine's cores logged in the trainer and standalone).
 
 Figures are over the timed steps (warm-up dropped), given as "median (best)": the machine is
 shared, and other work only ever adds time, so the best step is the closer estimate of what a
@@ -313,5 +314,49 @@ def _fractions(mine: list[float], bare: list[float]) -> str:
     return f"{percent(ratio(median(mine), median(bare)))} ({percent(ratio(max(mine), max(bare)))})"
 
 
+def learner_ranks(results: list[dict]) -> str | None:
+    """Section 4: this trainer with more CPU learner ranks on the same machine (None: not run)."""
+    rows = []
+    for entry in results:
+        if not entry.get("more_ranks"):
+            continue
+        e, warmup = entry["experiment"], entry["experiment"]["warmup_steps"]
+        runs = [{"ranks": 1, "train": entry["ours"]}, *entry["more_ranks"]]
+        one = ours(entry["ours"], warmup)
+        for run in runs:
+            steps = ours(run["train"], warmup)
+            step = typical(steps)
+            rows.append([
+                _label(entry), str(run["ranks"]), str(run["train"]["learner"]["torch_threads"]),
+                str(min(e["micro_batch_size"], e["prompts_per_step"] * e["group_size"]
+                        // run["ranks"])),
+                both([s.step_s for s in steps], seconds, False),
+                *(seconds(getattr(step, key)) for key in
+                  ("logprobs_s", "update_s", "learner_calls_s", "sync_s")),
+                both_ratios([s.step_s for s in steps], [s.step_s for s in one], False),
+                _cores(run["train"]["other_work_cores"]),
+            ])
+    if not rows:
+        return None
+    table = markdown_table(
+        ["model", "learner ranks", "torch threads per rank", "micro-batch", "s/step",
+         "logprob passes s", "update s", "learner calls' rest s", "weight sync s",
+         "s/step ÷ 1 rank", "other work, cores"], rows)
+    return "\n\n".join([
+        "## Learner ranks on one machine",
+        "This trainer on the same experiment with one, two and four CPU learner ranks (gloo, "
+        "one local Ray node told it has CPUs enough for every half-CPU bundle). Each rank takes "
+        "its share of the step's sequences (a micro-batch no larger) and the machine's cores "
+        "÷ the ranks as torch threads (`grpo_trainer.cores`), at least one: with more ranks "
+        "than cores they oversubscribe them. On a machine this small the ranks can only split "
+        "the same cores, so this shows what data parallelism costs (gradient all-reduce, "
+        "smaller matrix products, the reference and the policy in every rank's memory), not "
+        "what it gains; the phases are those of the median step.",
+        table,
+    ])
+
+
 def sections(results: list[dict], context: dict) -> list[str]:
-    return [comparison(results, context), split(results), limits(results)]
+    ranks = learner_ranks(results)
+    return [comparison(results, context), split(results), limits(results),
+            *([ranks] if ranks else [])]

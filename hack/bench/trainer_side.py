@@ -15,6 +15,8 @@ import argparse
 import contextlib
 import json
 import logging
+import math
+import os
 import time
 from pathlib import Path
 
@@ -45,9 +47,10 @@ def prepare(exp: Experiment, workdir: Path) -> dict:
     }
 
 
-def train(exp: Experiment, workdir: Path) -> dict:
+def train(exp: Experiment, workdir: Path, learner_ranks: int | None = None) -> dict:
     """Run the experiment through ``run_attempt``; per-step metrics, hook-to-hook cycle times
-    and what the learner rank runs with."""
+    and what the learner ranks run with. ``learner_ranks``: that many CPU ranks instead of the
+    placement's one (each with its share of the step's sequences; a micro-batch no larger)."""
     import ray
     import torch
 
@@ -62,6 +65,9 @@ def train(exp: Experiment, workdir: Path) -> dict:
     model_dir, data_dir, run_dir = workdir / MODEL, workdir / DATA, workdir / "checkpoints"
     raw = toy.tiny_spec(model_dir, data_dir, run_dir)
     raw["algorithm"] = exp.algorithm()
+    if learner_ranks:
+        per_rank = exp.sequences_per_step // learner_ranks
+        raw["algorithm"]["microBatchSize"] = min(exp.micro_batch_size, per_rank)
     raw["checkpoint"]["intervalSteps"] = 1  # a durable run's cadence; timed apart from the step
     spec = GRPORunSpec.model_validate(raw)
     config = RunConfig(
@@ -87,8 +93,10 @@ def train(exp: Experiment, workdir: Path) -> dict:
     @contextlib.contextmanager
     def start(**options):
         options["after_step"] = [*options["after_step"], after_step]
-        with ray_session(), start_run(spec, str(model_dir), str(data_dir / TRAIN_FILE),
-                                      reward_fn=CharFractionReward(), **options) as trainer:
+        with _local_ray(learner_ranks) if learner_ranks else ray_session(), start_run(
+                spec, str(model_dir), str(data_dir / TRAIN_FILE),
+                reward_fn=CharFractionReward(), cpu_learner_ranks=learner_ranks,
+                **options) as trainer:
             rank = trainer.learners.ranks[0]
             learner.update(ray.get(rank.__ray_call__.remote(_threads)))
             steps.append({"mark": time.perf_counter()})
@@ -98,6 +106,24 @@ def train(exp: Experiment, workdir: Path) -> dict:
     if code != 0:
         raise SystemExit(f"the trainer exited with {code}")
     return {"steps": _cycles(steps), "learner": learner, "torch": torch.__version__}
+
+
+@contextlib.contextmanager
+def _local_ray(learner_ranks: int):
+    """A local Ray node with CPUs enough for the engine's and the ranks' half-CPU bundles,
+    which may claim more than the machine has: the ranks still split its cores
+    (``grpo_trainer.cores``), more ranks than cores oversubscribe them."""
+    import ray
+
+    from grpo_trainer.placement import CPU_ACTOR_SHARE
+
+    bundles = (learner_ranks + 1) * CPU_ACTOR_SHARE
+    ray.init(address="local", include_dashboard=False,
+             num_cpus=max(os.cpu_count() or 1, math.ceil(bundles)))
+    try:
+        yield
+    finally:
+        ray.shutdown()
 
 
 def _threads(_actor) -> dict:
@@ -127,11 +153,15 @@ def main() -> None:
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--learner-ranks", type=int, help="train: CPU learner ranks")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # the driver's log, as in a pod
     exp = by_name(args.experiment)
-    run = prepare if args.command == "prepare" else train
-    args.out.write_text(json.dumps(run(exp, args.workdir)))
+    if args.command == "prepare":
+        result = prepare(exp, args.workdir)
+    else:
+        result = train(exp, args.workdir, args.learner_ranks)
+    args.out.write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

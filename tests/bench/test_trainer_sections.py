@@ -121,3 +121,20 @@ def test_limits_compare_the_trainer_with_the_same_work_done_bare():
     assert with_passes[2:] == ["5,248 (5,248)", "9,996 (9,996)", "52% (52%)", "0.2 / 0.5"]
     assert update_only[2:] == ["5,248 (5,248)", "16,148 (16,148)", "32% (32%)", "0.2 / 0.5"]
     assert "learner rank 1 torch thread(s) (OMP_NUM_THREADS=1 in its Ray actor)" in section
+
+
+def test_learner_ranks_are_compared_with_the_one_rank_run_and_left_out_when_not_run():
+    entry = _entry()
+    assert trainer_sections.learner_ranks([entry]) is None
+    assert len(trainer_sections.sections([entry], CONTEXT)) == 3
+    two = {"steps": [_ours_step(i + 1, s) for i, s in enumerate([100.0, 1.0, 1.0, 3.0, 1.0, 1.0])],
+           "learner": {"torch_threads": 1, "OMP_NUM_THREADS": "1"}, "other_work_cores": 0.5}
+    entry["more_ranks"] = [{"ranks": 2, "train": two}]
+    section = trainer_sections.learner_ranks([entry])
+    one_rank, two_ranks = _rows(section)
+    # tiny: 8 x 8 sequences, micro-batch 16 for one rank and for two (32 each).
+    assert one_rank[1:] == ["1", "1", "16", "2.00 (2.00)", "0.125", "0.250", "0.125", "0.250",
+                            "1.00× (1.00×)", "0.2"]
+    assert two_ranks[1:] == ["2", "1", "16", "1.00 (1.00)", "0.062", "0.125", "0.062",
+                             "0.125", "0.50× (0.50×)", "0.5"]
+    assert trainer_sections.sections([entry], CONTEXT)[-1] == section

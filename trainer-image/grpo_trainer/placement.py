@@ -39,6 +39,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+CPU_ACTOR_SHARE = 0.5
+"""CPUs of a CPU engine's or rank's bundle: a 1-CPU pod holds an engine and a rank."""
+
 NODE_ID_LABEL = "ray.io/node-id"
 HEAD_RESOURCE = "node:__internal_head__"
 
@@ -86,7 +89,7 @@ def plan_placement(
     workers: int,
     gpus_per_worker: int,
     cpu_learner_ranks: int | None = None,
-    cpu_per_actor: float = 0.5,
+    cpu_per_actor: float = CPU_ACTOR_SHARE,
 ) -> PlacementPlan:
     """The plan for ``rollout.placement`` / ``rollout.tensorParallelSize`` on
     ``resources.workers`` pods of ``resources.gpusPerWorker`` GPUs (see the module docstring)."""
