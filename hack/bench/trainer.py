@@ -178,10 +178,13 @@ def run_experiment(exp: Experiment, trl: str, progress: Progress) -> dict:
     more_ranks = []
     for ranks in MORE_RANKS if exp.name == RANKS_EXPERIMENT else ():
         progress(f"{exp.name}: this trainer with {ranks} learner ranks")
-        result, _ = _side(ours_py, "bench.trainer_side",
-                          ["train", *name, "--learner-ranks", str(ranks)], workdir,
-                          f"train-ranks{ranks}", progress)
-        more_ranks.append({"ranks": ranks, "train": result})
+        try:
+            result, _ = _side(ours_py, "bench.trainer_side",
+                              ["train", *name, "--learner-ranks", str(ranks)], workdir,
+                              f"train-ranks{ranks}", progress)
+            more_ranks.append({"ranks": ranks, "train": result})
+        except SideFailed as err:
+            more_ranks.append({"ranks": ranks, "error": err.last_line})
 
     step_prompts = [[prepared["prompt_ids"][i] for i in step["prompt_indices"]]
                     for step in ours["steps"]]

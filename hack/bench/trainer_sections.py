@@ -4,7 +4,8 @@
 ``experiment`` (``Experiment.to_dict()``), ``parameters``, ``ours`` (``trainer_side train``),
 ``widths`` (each step's prompt + response columns), ``trl`` and ``trl_vllm`` (``trl_side``;
 ``{"error": ...}`` when a run failed, None when not run), ``more_ranks`` (``trainer_side
-train --learner-ranks``: ``{"ranks": n, "train": ...}``, maybe empty), ``engine`` and ``bare``
+train --learner-ranks``: ``{"ranks": n, "train": ...}`` or ``{"ranks": n, "error": ...}``,
+maybe empty), ``engine`` and ``bare``
 (``limits_side``), ``engine_cores`` (the engine's cores logged in the trainer and standalone).
 
 Figures are over the timed steps (warm-up dropped), given as "median (best)": the machine is
@@ -316,20 +317,22 @@ def _fractions(mine: list[float], bare: list[float]) -> str:
 
 def learner_ranks(results: list[dict]) -> str | None:
     """Section 4: this trainer with more CPU learner ranks on the same machine (None: not run)."""
-    rows = []
+    rows, failed = [], []
     for entry in results:
         if not entry.get("more_ranks"):
             continue
-        e, warmup = entry["experiment"], entry["experiment"]["warmup_steps"]
-        runs = [{"ranks": 1, "train": entry["ours"]}, *entry["more_ranks"]]
+        warmup = entry["experiment"]["warmup_steps"]
         one = ours(entry["ours"], warmup)
-        for run in runs:
+        for run in [{"ranks": 1, "train": entry["ours"]}, *entry["more_ranks"]]:
+            if "error" in run:
+                failed.append(f"{run['ranks']} ranks failed on {entry['experiment']['name']}: "
+                              f"`{run['error']}`.")
+                continue
             steps = ours(run["train"], warmup)
             step = typical(steps)
             rows.append([
                 _label(entry), str(run["ranks"]), str(run["train"]["learner"]["torch_threads"]),
-                str(min(e["micro_batch_size"], e["prompts_per_step"] * e["group_size"]
-                        // run["ranks"])),
+                str(run["train"]["micro_batch"]),
                 both([s.step_s for s in steps], seconds, False),
                 *(seconds(getattr(step, key)) for key in
                   ("logprobs_s", "update_s", "learner_calls_s", "sync_s")),
@@ -351,7 +354,8 @@ def learner_ranks(results: list[dict]) -> str | None:
         "than cores they oversubscribe them. On a machine this small the ranks can only split "
         "the same cores, so this shows what data parallelism costs (gradient all-reduce, "
         "smaller matrix products, the reference and the policy in every rank's memory), not "
-        "what it gains; the phases are those of the median step.",
+        "what it gains; the phases are those of the median step." + "".join(
+            " " + note for note in failed),
         table,
     ])
 

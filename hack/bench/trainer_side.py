@@ -68,6 +68,7 @@ def train(exp: Experiment, workdir: Path, learner_ranks: int | None = None) -> d
     if learner_ranks:
         per_rank = exp.sequences_per_step // learner_ranks
         raw["algorithm"]["microBatchSize"] = min(exp.micro_batch_size, per_rank)
+    micro_batch = raw["algorithm"]["microBatchSize"]
     raw["checkpoint"]["intervalSteps"] = 1  # a durable run's cadence; timed apart from the step
     spec = GRPORunSpec.model_validate(raw)
     config = RunConfig(
@@ -93,7 +94,7 @@ def train(exp: Experiment, workdir: Path, learner_ranks: int | None = None) -> d
     @contextlib.contextmanager
     def start(**options):
         options["after_step"] = [*options["after_step"], after_step]
-        with _local_ray(learner_ranks) if learner_ranks else ray_session(), start_run(
+        with ray_session(_cpus_for(learner_ranks)), start_run(
                 spec, str(model_dir), str(data_dir / TRAIN_FILE),
                 reward_fn=CharFractionReward(), cpu_learner_ranks=learner_ranks,
                 **options) as trainer:
@@ -105,25 +106,19 @@ def train(exp: Experiment, workdir: Path, learner_ranks: int | None = None) -> d
     code = run_attempt(config, start, Reporter(config.attempt))
     if code != 0:
         raise SystemExit(f"the trainer exited with {code}")
-    return {"steps": _cycles(steps), "learner": learner, "torch": torch.__version__}
+    return {"steps": _cycles(steps), "learner": learner, "micro_batch": micro_batch,
+            "torch": torch.__version__}
 
 
-@contextlib.contextmanager
-def _local_ray(learner_ranks: int):
-    """A local Ray node with CPUs enough for the engine's and the ranks' half-CPU bundles,
-    which may claim more than the machine has: the ranks still split its cores
-    (``grpo_trainer.cores``), more ranks than cores oversubscribe them."""
-    import ray
-
+def _cpus_for(learner_ranks: int | None) -> int | None:
+    """A local Ray node's CPUs: enough for the engine's and the ranks' bundles, which may be more
+    than the machine has (the ranks still split its cores, ``grpo_trainer.cores``; more ranks
+    than cores oversubscribe them). None: the machine's."""
     from grpo_trainer.placement import CPU_ACTOR_SHARE
 
-    bundles = (learner_ranks + 1) * CPU_ACTOR_SHARE
-    ray.init(address="local", include_dashboard=False,
-             num_cpus=max(os.cpu_count() or 1, math.ceil(bundles)))
-    try:
-        yield
-    finally:
-        ray.shutdown()
+    if not learner_ranks:
+        return None
+    return max(os.cpu_count() or 1, math.ceil((learner_ranks + 1) * CPU_ACTOR_SHARE))
 
 
 def _threads(_actor) -> dict:

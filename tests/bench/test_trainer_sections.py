@@ -40,7 +40,7 @@ def _entry(trl_vllm=RAN) -> dict:
         "experiment": exp.to_dict(),
         "parameters": 430_720,
         "ours": {"steps": [_ours_step(i + 1, s) for i, s in enumerate([warm, *timed])],
-                 "learner": {"torch_threads": 1, "OMP_NUM_THREADS": "1"},
+                 "learner": {"torch_threads": 1, "OMP_NUM_THREADS": "1"}, "micro_batch": 16,
                  "other_work_cores": 0.25},
         "widths": [41] * 6,
         "trl": {"steps": [_trl_step(i + 1, s / 4, False) for i, s in enumerate([warm, *timed])],
@@ -128,13 +128,14 @@ def test_learner_ranks_are_compared_with_the_one_rank_run_and_left_out_when_not_
     assert trainer_sections.learner_ranks([entry]) is None
     assert len(trainer_sections.sections([entry], CONTEXT)) == 3
     two = {"steps": [_ours_step(i + 1, s) for i, s in enumerate([100.0, 1.0, 1.0, 3.0, 1.0, 1.0])],
-           "learner": {"torch_threads": 1, "OMP_NUM_THREADS": "1"}, "other_work_cores": 0.5}
-    entry["more_ranks"] = [{"ranks": 2, "train": two}]
+           "learner": {"torch_threads": 1, "OMP_NUM_THREADS": "1"}, "micro_batch": 8,
+           "other_work_cores": 0.5}
+    entry["more_ranks"] = [{"ranks": 2, "train": two}, {"ranks": 4, "error": "OOM"}]
     section = trainer_sections.learner_ranks([entry])
     one_rank, two_ranks = _rows(section)
-    # tiny: 8 x 8 sequences, micro-batch 16 for one rank and for two (32 each).
     assert one_rank[1:] == ["1", "1", "16", "2.00 (2.00)", "0.125", "0.250", "0.125", "0.250",
                             "1.00× (1.00×)", "0.2"]
-    assert two_ranks[1:] == ["2", "1", "16", "1.00 (1.00)", "0.062", "0.125", "0.062",
+    assert two_ranks[1:] == ["2", "1", "8", "1.00 (1.00)", "0.062", "0.125", "0.062",
                              "0.125", "0.50× (0.50×)", "0.5"]
+    assert "4 ranks failed on tiny: `OOM`." in section
     assert trainer_sections.sections([entry], CONTEXT)[-1] == section

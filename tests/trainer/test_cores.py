@@ -7,16 +7,17 @@ import os
 from grpo_trainer import cores
 
 
-def test_a_cpu_engine_runs_its_core_in_process_and_binds_tensor_parallel_workers_on_small_pods():
-    assert cores.cpu_engine_env([0, 1], 1) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    assert cores.cpu_engine_env(list(range(8)), 1) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    # Workers of their own: a small pod's cores split between them, none held back.
+def test_a_cpu_engine_of_one_worker_runs_in_process_on_every_core_of_its_pod():
+    assert cores.cpu_engine_env([0, 1], 1) == {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "2"}
+    assert cores.cpu_engine_env(list(range(8)), 1)["OMP_NUM_THREADS"] == "8"
+
+
+def test_tensor_parallel_workers_split_a_small_pods_cores_and_bind_as_vllm_says_elsewhere():
     assert cores.cpu_engine_env([4, 5], 2) == {
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_CPU_OMP_THREADS_BIND": "4|5", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-    # Fewer cores than workers, or a bigger pod: vLLM's own binding.
-    assert cores.cpu_engine_env([3], 2) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    assert cores.cpu_engine_env([0, 1, 2, 3], 2) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert cores.cpu_engine_env([3], 2) == {}  # fewer cores than workers
+    assert cores.cpu_engine_env([0, 1, 2, 3], 2) == {}  # a bigger pod
 
 
 def test_a_pods_cores_are_its_affinity_cut_to_its_ray_nodes_cpus(monkeypatch):

@@ -14,10 +14,12 @@ def test_the_engine_runs_in_its_actors_process_on_every_core_of_its_node(engines
     import ray
 
     where = ray.get(engines.engines[0].describe.remote())
-    found = re.fullmatch(r"in-process on (\d+) threads, cores=\[([\d, ]+)\]", where)
+    found = re.fullmatch(r"engine core (.+), (\d+) child processes, (\d+) torch threads, "
+                         r"cores=\[([\d, ]+)\]", where)
     assert found, where
-    cores = [int(c) for c in found.group(2).split(",")]
-    assert int(found.group(1)) == len(cores) <= ray.cluster_resources()["CPU"], where
+    cores = [int(c) for c in found.group(4).split(",")]
+    assert found.group(1) == "in-process" and found.group(2) == "0", where
+    assert int(found.group(3)) == len(cores) <= ray.cluster_resources()["CPU"], where
 
 
 def test_a_completions_text_is_its_tokens_decoded_whole(engines, tiny_dirs):

@@ -124,8 +124,9 @@ def start_run(spec, model_dir: str, train_file: str, reward_fn=None, cpu_learner
 
 
 @contextlib.contextmanager
-def ray_session() -> Iterator[None]:
-    """Join the cluster in RAY_ADDRESS, or start a local one and stop it afterwards."""
+def ray_session(num_cpus: int | None = None) -> Iterator[None]:
+    """Join the cluster in RAY_ADDRESS, or start a local one (of ``num_cpus`` CPUs; default
+    the machine's) and stop it afterwards."""
     import os
 
     import ray
@@ -135,7 +136,8 @@ def ray_session() -> Iterator[None]:
         return
     # Explicitly "local" without RAY_ADDRESS: never attach to some other `ray start` cluster
     # that happens to run on the machine.
-    ray.init(address=os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False)
+    ray.init(address=os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False,
+             num_cpus=num_cpus)
     try:
         yield
     finally:

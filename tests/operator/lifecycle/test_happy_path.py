@@ -114,11 +114,13 @@ def test_the_tiny_example_trains_to_success_and_cleans_up(cluster, operator, run
     assert float(row["EVAL"]) == pytest.approx(evals[0]["passAt1"]), row
     assert (row["ACTIVITY"], row["REASON"]) == ("SealingArtifact", "Completed"), row
     assert re.search(r"eval@[245] pass@1 \d", shown), shown[-4000:]  # as the demo polled it
-    # Colocated on the CPU, the engine runs its model in its own process on both cores of its
-    # 2-CPU worker pod while it generates (a Ray actor with a CPU share starts on one thread).
+    # Colocated on the CPU, the engine runs its model in its actor's process on both cores of
+    # its 2-CPU worker pod while it generates (a Ray actor with a CPU share starts on one
+    # thread, and vLLM would cut it to one).
     log = cluster.driver_runner.job_log(runs.namespace, f"{name}-a1")
     assert log is not None, log
-    assert "rollout engine 0: in-process on 2 threads, cores=[0, 1]" in log.read_text(), log
+    assert ("rollout engine 0: engine core in-process, 0 child processes, 2 torch threads, "
+            "cores=[0, 1]") in log.read_text(), log
     curve = (tmp_path / "demo" / "curve.txt").read_text().splitlines()
     assert [int(row.split()[0]) for row in curve[1:]] == list(range(1, steps + 1)), curve
     assert (tmp_path / "demo" / "curve.png").stat().st_size > 0

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 
 from grpo_trainer.batch import Completion
-from grpo_trainer.cores import INPROCESS_ENV, cpu_engine_env, pod_cores
+from grpo_trainer.cores import THREADS_ENV, VLLM_CPU_SETTINGS, cpu_engine_env, pod_cores
 from grpo_trainer.rollout.weight_sync import EXTENSION_CLS
 from grpo_trainer.rollout.weight_transport import GroupAddress, node_ip
 
@@ -58,8 +58,8 @@ class RolloutEngine:
 
     def __init__(self, settings: EngineSettings) -> None:
         os.environ.update(settings.env)
-        self.cores = None if settings.use_gpu else self._take_the_pods_cores(
-            settings.tensor_parallel_size)
+        if not settings.use_gpu:
+            _take_the_pods_cores(settings.tensor_parallel_size)
         from vllm import LLM
 
         kwargs = {}
@@ -84,29 +84,18 @@ class RolloutEngine:
             **kwargs,
         )
 
-    @staticmethod
-    def _take_the_pods_cores(tensor_parallel_size: int) -> list[int] | None:
-        """The trainer never generates while it updates: while the engine generates, its pod's
-        cores are its own (``cores.cpu_engine_env``); what the pod's env (resources.env) sets
-        stands. Returns the cores the model runs on in this process (None: not here)."""
-        cores = pod_cores()
-        env = cpu_engine_env(cores, tensor_parallel_size)
-        os.environ.update({k: v for k, v in env.items() if k not in os.environ})
-        if tensor_parallel_size > 1 or os.environ[INPROCESS_ENV] != "0":
-            return None
+    def describe(self) -> str:
+        """Where the engine runs, as found once it has started (for the driver's log): where
+        its engine core is, how many processes it started, its torch threads and the cores
+        they may use."""
+        import psutil
         import torch
 
-        # Ray starts an actor with a fractional CPU request on one thread, and vLLM cuts an
-        # engine to one thread unless OMP_NUM_THREADS says otherwise.
-        os.environ["OMP_NUM_THREADS"] = str(len(cores))
-        torch.set_num_threads(len(cores))
-        return cores
-
-    def describe(self) -> str:
-        """Where the model runs, for the driver's log once the engine has started."""
-        if self.cores is None:
-            return "vLLM's own processes"
-        return f"in-process on {len(self.cores)} threads, cores={self.cores}"
+        core = type(self.llm.llm_engine.engine_core).__name__
+        where = "in-process" if core == "InprocClient" else "in its own process"
+        children = len(psutil.Process().children(recursive=True))
+        return (f"engine core {where}, {children} child processes, "
+                f"{torch.get_num_threads()} torch threads, cores={pod_cores()}")
 
     def generate(
         self,
@@ -140,10 +129,10 @@ class RolloutEngine:
         )
         # Decoded once here rather than token by token in the engine's loop (with every
         # sampled logprob's token decoded too): on a small model that loop's detokenising took
-        # as long as the model. The text is what TRL's rewards see: the tokens, special
-        # tokens skipped.
-        texts = iter(self.llm.get_tokenizer().batch_decode(
-            [c.token_ids for out in outputs for c in out.outputs], skip_special_tokens=True))
+        # as long as the model. The text is the tokens decoded whole, special tokens skipped,
+        # as TRL decodes its completions (vLLM's incremental text drops an unfinished
+        # character at the end).
+        tokenizer = self.llm.get_tokenizer()
         return [
             [
                 Completion(
@@ -152,7 +141,7 @@ class RolloutEngine:
                         step[token].logprob
                         for step, token in zip(c.logprobs, c.token_ids, strict=True)
                     ),
-                    text=next(texts),
+                    text=tokenizer.decode(c.token_ids, skip_special_tokens=True),
                     finish_reason=c.finish_reason or "length",
                 )
                 for c in out.outputs
@@ -189,14 +178,30 @@ class RolloutEngine:
             self.llm.wake_up()
 
     def close(self) -> None:
-        """Stop the engine's processes (before the actor is killed), and remove the shared
-        memory segments they mapped: vllm 0.32's shutdown leaves a message queue's segment
-        (160 MiB) in /dev/shm."""
+        """Stop the engine core (before the actor is killed), and remove the shared memory
+        segments its processes mapped, if it has any (a GPU engine, a tensor-parallel CPU one):
+        vllm 0.32's shutdown leaves a message queue's segment (160 MiB) in /dev/shm."""
         segments = _shared_memory_of_children()
         self.llm.llm_engine.engine_core.shutdown()
         for path in segments:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+
+def _take_the_pods_cores(tensor_parallel_size: int) -> None:
+    """The trainer never generates while it updates: while a CPU engine generates, its pod's
+    cores are its own (``cores.cpu_engine_env``), unless the pod's env (resources.env) says how
+    vLLM is to use them. Otherwise the engine's thread count is the trainer's, as the learners'
+    is (Ray's ``OMP_NUM_THREADS`` replaced)."""
+    if any(name in os.environ for name in VLLM_CPU_SETTINGS):
+        return
+    env = cpu_engine_env(pod_cores(), tensor_parallel_size)
+    os.environ.update(env)
+    if THREADS_ENV in env:
+        import torch
+
+        # Ray starts an actor with a fractional CPU request on one thread.
+        torch.set_num_threads(int(env[THREADS_ENV]))
 
 
 def _shared_memory_of_children() -> set[str]:
