@@ -36,7 +36,7 @@ ENGINE_CORES = re.compile(r"rollout engine.*cores=\[([^\]]*)\]")  # RolloutEngin
 # (generation and update both slower than with model.generate), which alone would take the
 # benchmark past its budget. It is measured on these experiments only.
 TRL_VLLM_EXPERIMENTS = ("tiny",)
-# This trainer again with more CPU learner ranks, on this experiment only (about 4 minutes each).
+# This trainer again with more CPU learner ranks, on this experiment only (about 2 minutes each).
 RANKS_EXPERIMENT, MORE_RANKS = "25M", (2, 4)
 
 Progress = Callable[[str], None]

@@ -5,8 +5,8 @@
 ``widths`` (each step's prompt + response columns), ``trl`` and ``trl_vllm`` (``trl_side``;
 ``{"error": ...}`` when a run failed, None when not run), ``more_ranks`` (``trainer_side
 train --learner-ranks``: ``{"ranks": n, "train": ...}`` or ``{"ranks": n, "error": ...}``,
-maybe empty), ``engine`` and ``bare``
-(``limits_side``), ``engine_cores`` (the engine's cores logged in the trainer and standalone).
+maybe empty), ``engine`` and ``bare`` (``limits_side``), ``engine_cores`` (the engine's cores
+as logged in the trainer and standalone).
 
 Figures are over the timed steps (warm-up dropped), given as "median (best)": the machine is
 shared, and other work only ever adds time, so the best step is the closer estimate of what a
