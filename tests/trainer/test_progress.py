@@ -12,6 +12,7 @@ from pathlib import Path
 from grpo_operator.api.constants import TrainerActivity
 from grpo_operator.api.report import TrainerState, parse_report
 from grpo_operator.api.status import MAX_EVALS
+from grpo_trainer.checkpoint import SavedCheckpoint
 from grpo_trainer.progress import PACE_STEPS, RunProgress
 from grpo_trainer.reporting import REPORT_MARKER, Reporter, parse_report_line
 from tests.trainer.step_records import STEP, evaluation
@@ -59,16 +60,28 @@ def test_the_time_left_follows_the_last_steps_pace():
     assert last.since == since  # still the same activity
 
 
+def test_a_sealed_checkpoint_is_reported_at_once_in_the_current_state():
+    out = io.StringIO()
+    progress = RunProgress(Reporter(attempt=1, stream=out), planned_steps=3)
+    progress.doing(TrainerActivity.TRAINING)
+    progress.record_step(None, replace(STEP, step=2))
+    progress.sealed(SavedCheckpoint(2, Path("/c/step_2"), "b" * 64, NOW, write_seconds=1.0))
+    reports = _reports(out)
+    assert len(reports) == 2 and reports[-1].state == TrainerState.RUNNING
+    assert reports[-1].recovery.last_checkpoint.step == 2
+    assert reports[-1].recovery.last_checkpoint.sha256 == "b" * 64
+
+
 def test_each_running_report_carries_its_steps_figures_and_its_checkpoints_time():
     out = io.StringIO()
     progress = RunProgress(Reporter(attempt=1, stream=out), planned_steps=3)
     progress.doing(TrainerActivity.TRAINING)
     progress.record_step(None, replace(STEP, step=1, clip_frac_high=0.25, time_update_s=1.5,
                                        time_ref_logprobs_s=0.5, grad_norm=float("inf")))
-    progress.checkpointed(1, Path("/c/step_1"), "a" * 64, NOW, write_seconds=2.0)
+    progress.checkpoint_held(1, 2.0)
     progress.running()
     progress.record_step(None, replace(STEP, step=2))
-    progress.checkpointed(1, Path("/c/step_1"), "a" * 64, NOW)  # an older one: not step 2's
+    progress.checkpoint_held(1, 3.0)  # an older step's: not step 2's
     progress.running()
     first, second = (r.last_step for r in _reports(out)[1:])
     assert (first.step, first.clip_fraction_high, first.response_length_max) == (1, 0.25, 6)

@@ -8,7 +8,8 @@
    version are reused, newer ones discarded, tokens spent since the checkpoint counted.
 3. **Admit** the plan, its evaluations included, against the token budget before any
    generation (``api.token_budget``; the validation file's row count bounds an evaluation).
-4. **Train**: a checkpoint every ``checkpoint.intervalSteps`` steps, an evaluation when one is
+4. **Train**: a checkpoint every ``checkpoint.intervalSteps`` steps, written while the next
+   step generates and announced once sealed (``checkpoint_writer``), an evaluation when one is
    due (``evaluation``); gates stop the run at the budget or on SIGTERM (``signals``), both
    with a checkpoint. A weight sync that leaves engine
    parameters without a value fails the run (exit 15); a step whose engine logprobs disagree
@@ -30,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,7 @@ from grpo_operator.api.status import TrainerLedger
 from grpo_operator.api.token_budget import TokenBudget
 from grpo_trainer.board import TrainingBoard
 from grpo_trainer.checkpoint import CheckpointStore, SavedCheckpoint, copy_sealed_model
+from grpo_trainer.checkpoint_writer import CheckpointWriter, Write
 from grpo_trainer.data import DatasetError, count_rows
 from grpo_trainer.frozen_inputs import FrozenInputChangedError, FrozenInputs, MissingInputError
 from grpo_trainer.journal.journal import Journal
@@ -115,20 +118,27 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
     board = Sinks(TrainingBoard(Path(store.layout.tensorboard_dir), first_step=step + 1),
                   trackers)
 
-    def save(trainer) -> SavedCheckpoint:
-        progress.doing(TrainerActivity.CHECKPOINTING)
-        saved = store.save(trainer.step,
-                           lambda directory: _write(directory, config, trainer, progress, journal))
-        progress.checkpointed(saved.step, saved.path, saved.sha256, saved.time,
-                              saved.write_seconds)
-        if saved.write_seconds is not None:
-            board.checkpointed(saved.step, saved.write_seconds)
+    writer = CheckpointWriter(store, announce=progress.sealed)
+
+    def handed_off(trainer) -> Write:
+        return lambda directory: _write(directory, config, trainer, progress, journal)
+
+    def checkpoint(trainer, sealed: bool) -> None:
+        """Hand the step's checkpoint off (``sealed``: and wait until it is sealed); the time
+        it held the loop is the step's checkpoint figure."""
+        began = time.perf_counter()
+        wrote = writer.hand_off(trainer.step, handed_off(trainer))
+        if sealed:
+            writer.wait()
+        if wrote:
+            held = time.perf_counter() - began
+            progress.checkpoint_held(trainer.step, held)
+            board.checkpointed(trainer.step, held)
         _prune_journal(store, journal)
-        return saved
 
     def periodic(trainer, metrics) -> None:
         if trainer.step % spec.checkpoint.interval_steps == 0:
-            save(trainer)
+            checkpoint(trainer, sealed=False)  # written while the next step generates
 
     gates = [
         lambda t: "SIGTERM received" if stop else None,
@@ -146,8 +156,13 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
                 trainer.learners.load_state(str(checkpoint.path))
                 trainer.load_state_dict(trainer_state)
             progress.doing(TrainerActivity.TRAINING)
-            trainer.train()
-            final = save(trainer)
+            try:
+                trainer.train()
+                progress.doing(TrainerActivity.CHECKPOINTING)
+                checkpoint(trainer, sealed=True)
+                final = writer.newest
+            finally:  # before the learners stop, and before any terminal report
+                writer.close()
     except DatasetError as err:
         return _fail(progress, Reason.INVALID_INPUT, f"invalid dataset: {err}",
                      ExitCode.INVALID_INPUT)
@@ -245,9 +260,10 @@ def _eval_prompts(config: RunConfig) -> int | None:
 
 
 def _write(directory: Path, config: RunConfig, trainer, progress: RunProgress,
-           journal: Journal) -> None:
-    """A checkpoint's contents (see the module docstring)."""
-    trainer.learners.save_state(str(directory))
+           journal: Journal) -> Callable[[], None]:
+    """A checkpoint's contents (see the module docstring): the driver's written now, the
+    learner ranks' by the ranks; returns the wait for theirs."""
+    ranks_written = trainer.learners.begin_save_state(str(directory))
     (directory / RUN_CONFIG_FILE).write_text(config.to_json())
     (directory / TRAINER_FILE).write_text(json.dumps(trainer.state_dict()))
     cost = progress.ledger.model_copy(update={"completed_steps": trainer.step})
@@ -256,6 +272,7 @@ def _write(directory: Path, config: RunConfig, trainer, progress: RunProgress,
         "cost": cost.model_dump(mode="json", by_alias=True, exclude_none=True),
         "rollout": json.loads(rollout.model_dump_json()),
     }))
+    return ranks_written
 
 
 def _prune_journal(store: CheckpointStore, journal: Journal) -> None:

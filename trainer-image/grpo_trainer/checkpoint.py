@@ -6,7 +6,9 @@ A checkpoint of step N is written into ``step_N.tmp/``, sealed with its digest m
 ``checkpoint.keep`` deleted. So at every instant the newest complete checkpoint is intact, and
 a crash leaves at most a ``.tmp`` directory, which is never read (and is removed by the next
 save). Resume takes the newest ``step_N/`` whose manifest verifies (``latest`` is a hint);
-a corrupted one is skipped with a warning.
+a corrupted one is skipped with a warning. ``save`` does it all in the caller's thread;
+``begin`` and ``seal`` split it, for a checkpoint written while training goes on
+(``checkpoint_writer``).
 
 What goes into a checkpoint is the caller's (``attempt.py``): ``model/`` (Hugging Face
 directory), ``learner/rank_R.pt`` (optimizer and RNG of each rank), ``trainer.json`` (step,
@@ -50,6 +52,15 @@ class SavedCheckpoint:
     the step's checkpoint existed already)."""
 
 
+@dataclass(frozen=True)
+class StartedCheckpoint:
+    """A checkpoint being written: ``begin``'s ``.tmp`` directory, until ``seal``."""
+
+    step: int
+    directory: Path
+    perf_counter: float  # when it began
+
+
 class CheckpointStore:
     """One run's checkpoint directory (``/checkpoints/<run-uid>``)."""
 
@@ -69,16 +80,29 @@ class CheckpointStore:
         after a resume): a checkpoint of a step is never rewritten, and the one returned then
         has no ``write_seconds``.
         """
+        started = self.begin(step)
+        if isinstance(started, SavedCheckpoint):
+            return started
+        write(started.directory)
+        return self.seal(started)
+
+    def begin(self, step: int) -> SavedCheckpoint | StartedCheckpoint:
+        """The existing checkpoint of ``step`` (see ``save``), or an empty ``.tmp`` directory
+        to write it into before ``seal``."""
         existing = self._written.get(step) or self.verify(step)
         if existing is not None and existing.path.is_dir():
             return existing
-        started = time.perf_counter()
-        tmp = Path(self.layout.tmp_dir(step))
-        final = self.step_dir(step)
+        started = StartedCheckpoint(step, Path(self.layout.tmp_dir(step)), time.perf_counter())
         self.root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        write(tmp)
+        shutil.rmtree(started.directory, ignore_errors=True)
+        started.directory.mkdir()
+        return started
+
+    def seal(self, started: StartedCheckpoint) -> SavedCheckpoint:
+        """Seal what was written into ``started.directory``, publish it, prune; the
+        ``write_seconds`` count from ``begin``."""
+        step, tmp = started.step, started.directory
+        final = self.step_dir(step)
         manifest = DigestManifest.for_directory(tmp, exclude=[DIGEST_MANIFEST_FILE])
         (tmp / DIGEST_MANIFEST_FILE).write_text(manifest.render())
         _fsync_tree(tmp)
@@ -90,8 +114,10 @@ class CheckpointStore:
         saved = SavedCheckpoint(step, final, manifest.digest, _now())
         self._written[step] = saved
         self._prune()
-        log.info("checkpoint step %d written to %s (sha256 %s)", step, final, saved.sha256)
-        return replace(saved, write_seconds=time.perf_counter() - started)
+        write_seconds = time.perf_counter() - started.perf_counter
+        log.info("checkpoint step %d written to %s in %.2f s (sha256 %s)", step, final,
+                 write_seconds, saved.sha256)
+        return replace(saved, write_seconds=write_seconds)
 
     def _write_latest(self, step: int) -> None:
         latest = Path(self.layout.latest_file)

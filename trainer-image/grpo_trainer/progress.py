@@ -100,16 +100,25 @@ class RunProgress:
             activity=self.activity, since=self.activity_since, step_seconds=pace,
             remaining_seconds=None if pace is None else min(pace * left, MAX_REMAINING_SECONDS))
 
-    def checkpointed(self, step: int, path: Path, sha256: str, time: datetime.datetime,
-                     write_seconds: float | None = None) -> None:
-        """The newest complete checkpoint (``write_seconds``: this attempt wrote it, in that
-        time; it counts in its step's figures)."""
+    def checkpointed(self, step: int, path: Path, sha256: str,
+                     time: datetime.datetime) -> None:
+        """The newest complete checkpoint, named in the next report."""
         self.recovery.last_checkpoint = CheckpointRef(step=step, path=str(path), sha256=sha256,
                                                       time=time)
+
+    def sealed(self, saved) -> None:
+        """A checkpoint this attempt wrote is sealed (``SavedCheckpoint``): reported at once.
+        Called from the checkpoint writer's thread; the report lines are serialised by the
+        reporter, and this changes nothing but the recovery section's checkpoint."""
+        self.checkpointed(saved.step, saved.path, saved.sha256, saved.time)
+        self._publish(self.state)
+
+    def checkpoint_held(self, step: int, seconds: float) -> None:
+        """The seconds the checkpoint of ``step`` held the loop: its step's checkpoint figure."""
         last = self.last_step
-        if write_seconds is not None and last is not None and last.step == step:
+        if last is not None and last.step == step:
             self.last_step = last.model_copy(update={
-                "seconds": last.seconds.model_copy(update={"checkpoint": write_seconds})})
+                "seconds": last.seconds.model_copy(update={"checkpoint": seconds})})
 
     def suspended(self) -> None:
         self._publish(TrainerState.SUSPENDED)

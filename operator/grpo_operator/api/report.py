@@ -91,8 +91,9 @@ class PhaseSeconds(ApiModel):
     sync: NonNegative
     """Putting the new weights into the rollout engines."""
     checkpoint: NonNegative | None = None
-    """Writing, sealing and publishing the checkpoint of this step; unset when the step wrote
-    none."""
+    """How long the checkpoint of this step held up training: handing its state to the
+    writers (after waiting for the previous checkpoint, if that was still being written); the
+    writing and sealing go on while the next step generates. Unset when the step wrote none."""
     eval: NonNegative | None = None
     """Evaluating the step's weights on the validation file; unset when none was due."""
     step: NonNegative

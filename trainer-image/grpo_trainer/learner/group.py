@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor
 
 from grpo_trainer.batch import Batch, shard_batch
@@ -69,15 +71,18 @@ class LearnerGroup:
 
         return ray.get([rank.save_model.remote(out_dir) for rank in self.ranks])[0]
 
-    def save_state(self, checkpoint_dir: str) -> None:
-        """The policy (``model/``, HF) and every rank's optimizer and RNG into a checkpoint
-        directory (the ranks and the driver share the checkpoint volume)."""
+    def begin_save_state(self, checkpoint_dir: str) -> Callable[[], None]:
+        """Start writing the policy (``model/``, HF) and every rank's optimizer and RNG into a
+        checkpoint directory (the ranks and the driver share the checkpoint volume); returns
+        the wait for the writes. A rank runs its calls in order, so a later ``update`` starts
+        only once the rank has written this state."""
         import ray
 
-        ray.get([rank.save_state.remote(checkpoint_dir) for rank in self.ranks])
+        written = [rank.save_state.remote(checkpoint_dir) for rank in self.ranks]
+        return lambda: ray.get(written)
 
     def load_state(self, checkpoint_dir: str) -> None:
-        """Restore what ``save_state`` wrote."""
+        """Restore what ``begin_save_state`` wrote."""
         import ray
 
         ray.get([rank.load_state.remote(checkpoint_dir) for rank in self.ranks])
