@@ -123,7 +123,7 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
     def handed_off(trainer) -> Write:
         return lambda directory: _write(directory, config, trainer, progress, journal)
 
-    def checkpoint(trainer, sealed: bool) -> None:
+    def write_checkpoint(trainer, sealed: bool) -> None:
         """Hand the step's checkpoint off (``sealed``: and wait until it is sealed); the time
         it held the loop is the step's checkpoint figure."""
         began = time.perf_counter()
@@ -138,7 +138,7 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
 
     def periodic(trainer, metrics) -> None:
         if trainer.step % spec.checkpoint.interval_steps == 0:
-            checkpoint(trainer, sealed=False)  # written while the next step generates
+            write_checkpoint(trainer, sealed=False)  # written while the next step generates
 
     gates = [
         lambda t: "SIGTERM received" if stop else None,
@@ -159,7 +159,7 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
             try:
                 trainer.train()
                 progress.doing(TrainerActivity.CHECKPOINTING)
-                checkpoint(trainer, sealed=True)
+                write_checkpoint(trainer, sealed=True)
                 final = writer.newest
             finally:  # before the learners stop, and before any terminal report
                 writer.close()
