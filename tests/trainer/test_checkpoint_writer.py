@@ -18,8 +18,10 @@ WAIT_S = 30
 class Ranks:
     """The learner ranks' part of a checkpoint, written when the test lets it."""
 
-    def __init__(self) -> None:
+    def __init__(self, at_once: bool = False) -> None:
         self.go = threading.Event()
+        if at_once:
+            self.go.set()
         self.written: list[Path] = []
 
     def write(self, content: str):
@@ -34,20 +36,28 @@ class Ranks:
         return write
 
 
-def _announced(store: CheckpointStore):
+def _failing(error: Exception):
+    """A write whose ranks' part fails."""
+    def write(directory: Path):
+        def finish() -> None:
+            raise error
+        return finish
+    return write
+
+
+def _writer(root: Path):
+    """A writer on a store at ``root``, and what it announced: each checkpoint with what a
+    reader of the volume found at that moment."""
+    store = CheckpointStore(root, keep=2)
     seen: list[tuple[SavedCheckpoint, SavedCheckpoint | None]] = []
-    lock = threading.Lock()
 
     def announce(saved: SavedCheckpoint) -> None:
-        with lock:  # what a reader of the volume finds at that moment
-            seen.append((saved, store.verify(saved.step)))
-    return seen, announce
+        seen.append((saved, store.verify(saved.step)))
+    return store, seen, CheckpointWriter(store, announce)
 
 
 def test_the_caller_goes_on_while_it_is_written_and_it_is_announced_once_sealed(tmp_path):
-    store = CheckpointStore(tmp_path, keep=2)
-    seen, announce = _announced(store)
-    writer = CheckpointWriter(store, announce)
+    store, seen, writer = _writer(tmp_path)
     ranks = Ranks()
 
     assert writer.hand_off(1, ranks.write("one")) is True
@@ -66,11 +76,8 @@ def test_the_caller_goes_on_while_it_is_written_and_it_is_announced_once_sealed(
 
 
 def test_one_checkpoint_in_flight_the_next_hand_off_waits_for_it(tmp_path):
-    store = CheckpointStore(tmp_path, keep=2)
-    seen, announce = _announced(store)
-    writer = CheckpointWriter(store, announce)
-    first, second = Ranks(), Ranks()
-    second.go.set()
+    store, seen, writer = _writer(tmp_path)
+    first, second = Ranks(), Ranks(at_once=True)
     writer.hand_off(1, first.write("one"))
 
     handed = threading.Event()
@@ -87,20 +94,12 @@ def test_one_checkpoint_in_flight_the_next_hand_off_waits_for_it(tmp_path):
 
 
 def test_a_failed_write_is_raised_at_the_next_hand_off_and_never_read(tmp_path):
-    store = CheckpointStore(tmp_path, keep=2)
-    seen, announce = _announced(store)
-    writer = CheckpointWriter(store, announce)
-    ranks = Ranks()
-    ranks.go.set()
+    store, seen, writer = _writer(tmp_path)
+    ranks = Ranks(at_once=True)
     writer.hand_off(1, ranks.write("one"))
     writer.wait()
 
-    def broken(directory: Path):
-        def finish() -> None:
-            raise OSError("No space left on device")
-        return finish
-
-    writer.hand_off(2, broken)
+    writer.hand_off(2, _failing(OSError("No space left on device")))
     with pytest.raises(OSError, match="No space left"):
         writer.hand_off(3, ranks.write("three"))
     assert [saved.step for saved, _ in seen] == [1]
@@ -109,10 +108,8 @@ def test_a_failed_write_is_raised_at_the_next_hand_off_and_never_read(tmp_path):
 
 
 def test_an_attempt_that_dies_with_one_in_flight_resumes_from_the_one_before(tmp_path):
-    store = CheckpointStore(tmp_path, keep=2)
-    writer = CheckpointWriter(store, lambda saved: None)
-    done, dying = Ranks(), Ranks()
-    done.go.set()
+    store, _, writer = _writer(tmp_path)
+    done, dying = Ranks(at_once=True), Ranks()
     writer.hand_off(1, done.write("one"))
     writer.hand_off(2, dying.write("two"))  # the process dies before the ranks have written
     assert parse_latest((tmp_path / "latest").read_text()) == 1
@@ -124,25 +121,16 @@ def test_an_attempt_that_dies_with_one_in_flight_resumes_from_the_one_before(tmp
 
 
 def test_close_waits_and_logs_a_failed_write_without_raising(tmp_path, caplog):
-    store = CheckpointStore(tmp_path, keep=2)
-    writer = CheckpointWriter(store, lambda saved: None)
+    store, _, writer = _writer(tmp_path)
 
-    def broken(directory: Path):
-        def finish() -> None:
-            raise RuntimeError("the learner rank died")
-        return finish
-
-    writer.hand_off(1, broken)
+    writer.hand_off(1, _failing(RuntimeError("the learner rank died")))
     writer.close()  # on the way out of an attempt that failed already
     assert "could not be written" in caplog.text and "learner rank died" in caplog.text
 
 
 def test_a_step_checkpointed_already_is_announced_again_not_rewritten(tmp_path):
-    store = CheckpointStore(tmp_path, keep=2)
-    seen, announce = _announced(store)
-    writer = CheckpointWriter(store, announce)
-    ranks = Ranks()
-    ranks.go.set()
+    store, seen, writer = _writer(tmp_path)
+    ranks = Ranks(at_once=True)
     assert writer.hand_off(4, ranks.write("four")) is True
     assert writer.hand_off(4, ranks.write("never written")) is False  # e.g. SIGTERM right after
     writer.close()
