@@ -29,13 +29,17 @@ def response_logprobs(
     """
     # Left padding: positions count real tokens only, as the engine numbered them.
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+    # The head only at the positions that predict a response token (as TRL's logits_to_keep):
+    # a prompt's logits are never used, and with a large vocabulary they are most of the
+    # head's work and of the activations kept for the backward pass.
     logits = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids,
         use_cache=False,
-    ).logits  # (B, L, V)
-    logits = logits[:, -response_width - 1 : -1]  # (B, Tr, V): position t predicts token t+1
+        logits_to_keep=response_width + 1,
+    ).logits  # (B, Tr + 1, V)
+    logits = logits[:, :-1]  # (B, Tr, V): position t predicts token t+1
     labels = input_ids[:, -response_width:]  # (B, Tr)
     return logprobs_and_entropy(logits, labels, temperature, with_entropy=with_entropy,
                                 entropy_grad=entropy_grad)
