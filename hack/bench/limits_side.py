@@ -71,7 +71,9 @@ def bare_torch(exp: Experiment, workdir: Path, width: int) -> dict:
     advantages = torch.randn(n, 1)
 
     def logprobs(model, rows):
-        logits = model(input_ids=ids[rows], use_cache=False).logits[:, -tr - 1 : -1]
+        # The head on the response's positions only, as the learner computes it.
+        logits = model(input_ids=ids[rows], use_cache=False,
+                       logits_to_keep=tr + 1).logits[:, :-1]
         return torch.log_softmax(logits, -1).gather(-1, ids[rows, -tr:, None])[..., 0]
 
     chunks = [slice(i, i + micro) for i in range(0, n, micro)]

@@ -190,9 +190,11 @@ def comparison(results: list[dict], context: dict) -> str:
         f"one optimizer step per GRPO step, seed {e0['seed']}. Each side runs in its own "
         f"subprocess, one after the other, for {e0['warmup_steps']} warm-up + "
         f"{e0['timed_steps']} timed steps; figures are *median (best)* of the timed steps "
-        f"(other work on the machine only adds time). *s/step* excludes this trainer's "
-        f"checkpoint (TRL writes none; see the split below). *tok/s* is generated tokens over "
-        f"the whole step, *rollout tok/s* over generation time only. A ratio above 1 in "
+        f"(other work on the machine only adds time). *s/step* excludes the time this "
+        f"trainer's checkpoint holds the loop between steps; its write runs during the next "
+        f"step and competes with it for the cores (TRL writes none; see the split below). "
+        f"*tok/s* is generated tokens over the whole step, *rollout tok/s* over generation "
+        f"time only. A ratio above 1 in "
         f"*s/step* means this trainer is slower; below 1 in *tok/s*, too. *Other work* is how "
         f"many of the {context['cores']} cores other processes kept busy, on average, while "
         f"that side ran: the higher, the less its figures mean. {_vllm_note(results)}",
@@ -306,7 +308,8 @@ def limits(results: list[dict]) -> str:
         "of `time_learn_s` (the reference's logprob pass, then forward/backward and AdamW, "
         "through Ray; with one optimizer step per batch the update's own forward gives the "
         "old-policy logprobs), against a bare torch loop on the same model, batch shape and "
-        "micro-batches — once with the reference's no-grad forward the learner also runs, once "
+        "micro-batches, its head computed on the response's positions as the learner's is — "
+        "once with the reference's no-grad forward the learner also runs, once "
         "with forward+backward+AdamW alone. Same *median (best)* over the timed steps and rounds. "
         "Threads: " + "; ".join(sorted(threads)) + ".",
         table,

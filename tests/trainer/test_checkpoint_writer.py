@@ -22,7 +22,6 @@ class Ranks:
         self.go = threading.Event()
         if at_once:
             self.go.set()
-        self.written: list[Path] = []
 
     def write(self, content: str):
         def write(directory: Path):
@@ -31,7 +30,6 @@ class Ranks:
             def finish() -> None:
                 assert self.go.wait(WAIT_S)
                 (directory / "rank_0.pt").write_text(content)
-                self.written.append(directory)
             return finish
         return write
 

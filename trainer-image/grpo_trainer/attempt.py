@@ -44,7 +44,7 @@ from grpo_operator.api.status import TrainerLedger
 from grpo_operator.api.token_budget import TokenBudget
 from grpo_trainer.board import TrainingBoard
 from grpo_trainer.checkpoint import CheckpointStore, SavedCheckpoint, copy_sealed_model
-from grpo_trainer.checkpoint_writer import CheckpointWriter, Write
+from grpo_trainer.checkpoint_writer import CheckpointWriter
 from grpo_trainer.data import DatasetError, count_rows
 from grpo_trainer.frozen_inputs import FrozenInputChangedError, FrozenInputs, MissingInputError
 from grpo_trainer.journal.journal import Journal
@@ -120,14 +120,12 @@ def run_attempt(config: RunConfig, start: StartTrainer, reporter: Reporter,
 
     writer = CheckpointWriter(store, announce=progress.sealed)
 
-    def handed_off(trainer) -> Write:
-        return lambda directory: _write(directory, config, trainer, progress, journal)
-
     def write_checkpoint(trainer, sealed: bool) -> None:
         """Hand the step's checkpoint off (``sealed``: and wait until it is sealed); the time
         it held the loop is the step's checkpoint figure."""
         began = time.perf_counter()
-        wrote = writer.hand_off(trainer.step, handed_off(trainer))
+        wrote = writer.hand_off(
+            trainer.step, lambda directory: _write(directory, config, trainer, progress, journal))
         if sealed:
             writer.wait()
         if wrote:

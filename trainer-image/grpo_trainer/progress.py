@@ -108,8 +108,9 @@ class RunProgress:
 
     def sealed(self, saved) -> None:
         """A checkpoint this attempt wrote is sealed (``SavedCheckpoint``): reported at once.
-        Called from the checkpoint writer's thread; the report lines are serialised by the
-        reporter, and this changes nothing but the recovery section's checkpoint."""
+        Called from the checkpoint writer's thread: it sets only the recovery section's
+        checkpoint, and the reporter serialises the report lines; the attempt waits for the
+        writer before its terminal report."""
         self.checkpointed(saved.step, saved.path, saved.sha256, saved.time)
         self._publish(self.state)
 
