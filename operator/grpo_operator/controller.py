@@ -59,6 +59,12 @@ SETTLE_SECONDS = 1.0
 # and at most twice its request timeout (60 s by default; measured here: the old watch ended
 # 1.2 s after the change, its last event pruned and not sent again).
 SCHEMA_CHANGE_SECONDS = 120.0
+# A child's watch event wakes its run this long after it, not at once, as the Job controller
+# batches its pods' events (syncJobBatchPeriod): KubeRay makes a cluster's service and pods
+# and writes its status within a second, and KWOK or a kubelet move a pod through scheduled,
+# running and ready as fast; one pass then reads them all instead of one pass (and status
+# write) each.
+CHILD_EVENT_BATCH_SECONDS = 1.0
 
 
 def _now() -> datetime.datetime:
@@ -122,8 +128,8 @@ class Controller:
             log.info("run %s/%s: %d API requests (%d reads) in %d reconcile passes", *key,
                      requests, reads, passes)
 
-    def enqueue(self, namespace: str, name: str) -> None:
-        self.queue.add((namespace, name))
+    def enqueue(self, namespace: str, name: str, delay: float = 0.0) -> None:
+        self.queue.add((namespace, name), delay)
 
     def run_event(self, event_type: str | None, body: dict[str, Any]) -> None:
         """A watch event of a run: the run is queued unless the event is an echo (waking the
@@ -141,20 +147,21 @@ class Controller:
 
     def child_event(self, kind: str, event_type: str | None, body: dict[str, Any]) -> None:
         """A watch event of a run's child (a RayCluster turning ready, a Job failing, a report
-        written; the cache has it already): its run is woken, unless the event is an echo."""
+        written; the cache has it already): its run is woken within
+        ``CHILD_EVENT_BATCH_SECONDS``, unless the event is an echo."""
         if event_type == "DELETED":
             self.kube.cache.remove(kind, body)
         elif self.kube.cache.is_echo(kind, body):
             return
-        self._wake_owner(body)
+        self._wake_owner(body, CHILD_EVENT_BATCH_SECONDS)
 
-    def _wake_owner(self, child: dict[str, Any]) -> None:
+    def _wake_owner(self, child: dict[str, Any], delay: float = 0.0) -> None:
         meta = child["metadata"]
         run = (meta.get("labels") or {}).get(LABEL_RUN)
         # A run the cache does not hold is gone (its children go after it) or not delivered
         # yet (its own event will queue it).
         if run and self.kube.cache.get(KIND, meta["namespace"], run) is not None:
-            self.enqueue(meta["namespace"], run)
+            self.enqueue(meta["namespace"], run, delay)
 
     def crd_changed(self) -> None:
         """The GRPORun CRD's schema changed: for ``SCHEMA_CHANGE_SECONDS`` the API server may
@@ -318,8 +325,11 @@ class Controller:
             report_map_missing = cm is None
             data = (cm or {}).get("data") or {}
             report, signature = data.get(REPORT_KEY), data.get(REPORT_SIGNATURE_KEY)
-        metered = status.ledger.gpu_metered_time
-        due = (status.stopping is not None or metered is None
+        # Metered every interval from acceptance: a first metering at the pass that first sees
+        # a GPU pod running would cost a status write of its own while the cluster comes up,
+        # and loses nothing by waiting (a pod's time counts from its start).
+        metered = status.ledger.gpu_metered_time or status.start_time or now
+        due = (status.stopping is not None
                or (now - metered).total_seconds() >= self.policy.meter_interval_seconds)
         cluster_pods = None
         if rc is not None:

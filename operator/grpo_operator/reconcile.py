@@ -682,6 +682,10 @@ def _decide(o: Observed) -> Decision:
 
     if s.phase in (Phase.ACCEPTED, Phase.QUEUED, Phase.PROVISIONING, Phase.RECOVERING):
         d.actions.append(Action.ENSURE_RUN_CHILDREN)
+        if health == ClusterHealth.ABSENT:
+            # This pass makes it: the condition says what the pass leaves, as the phase does
+            # (not Absent now and Provisioning at the next pass, a status write each).
+            _condition(d, o, ConditionType.CLUSTER_READY, False, str(ClusterHealth.PROVISIONING))
         if health != ClusterHealth.HEALTHY:
             if s.phase == Phase.RECOVERING and _cluster_lost(o, s, health):
                 _replace_cluster(d, "unready for too long")

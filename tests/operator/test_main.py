@@ -4,6 +4,7 @@ request is made); a new schema makes runs read from the API server."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import kopf
 from kubernetes import client
@@ -11,7 +12,7 @@ from kubernetes import client
 from grpo_operator import main
 from grpo_operator.api.constants import CRD_NAME, KIND, LABEL_RUN
 from grpo_operator.cache import ObjectCache
-from grpo_operator.controller import Controller
+from grpo_operator.controller import CHILD_EVENT_BATCH_SECONDS, Controller
 from grpo_operator.kube import Kube
 
 
@@ -24,9 +25,10 @@ def body(kind: str, name: str, version: str = "1", labels: dict | None = None) -
                                        "resourceVersion": version, "labels": labels or {}}}
 
 
-def queued(c: Controller) -> list:
+def queued(c: Controller, within: float = 0.0) -> list:
+    """The keys due now, or due within ``within`` seconds."""
     keys = []
-    while (key := c.queue.get(timeout=0)) is not None:
+    while (key := c.queue.get(timeout=within)) is not None:
         keys.append(key)
         c.queue.done(key)
     return keys
@@ -38,12 +40,31 @@ def test_a_childs_event_wakes_the_run_named_by_its_label():
     assert queued(c) == [("team-a", "my-run")]
     c.child_event("RayCluster", "MODIFIED",
                   body("RayCluster", "my-run-ray", labels={LABEL_RUN: "my-run"}))
-    assert queued(c) == [("team-a", "my-run")]
+    assert queued(c, CHILD_EVENT_BATCH_SECONDS + 1) == [("team-a", "my-run")]
     c.child_event("RayCluster", "DELETED",
                   body("RayCluster", "my-run-ray", labels={LABEL_RUN: "my-run"}))
-    assert queued(c) == [("team-a", "my-run")]
+    assert queued(c, CHILD_EVENT_BATCH_SECONDS + 1) == [("team-a", "my-run")]
     c.child_event("Pod", "MODIFIED", body("Pod", "p", labels={LABEL_RUN: "gone"}))
-    assert queued(c) == []  # no such run: its children's events wake nothing
+    assert queued(c, CHILD_EVENT_BATCH_SECONDS + 1) == []  # no such run: nothing is woken
+
+
+def test_a_burst_of_child_events_wakes_the_run_once_after_the_first_of_them():
+    c = controller()
+    c.run_event(None, body(KIND, "my-run"))
+    assert queued(c) == [("team-a", "my-run")]
+    first = time.monotonic()
+    for i, kind in enumerate(("Service", "Pod", "Pod", "RayCluster")):
+        c.child_event(kind, "ADDED" if i < 3 else "MODIFIED",
+                      body(kind, f"child-{i}", labels={LABEL_RUN: "my-run"}))
+    assert queued(c) == []  # not at once
+    assert c.queue.get(timeout=CHILD_EVENT_BATCH_SECONDS + 1) == ("team-a", "my-run")
+    # Due one batch after the first event, not pushed back by the later ones.
+    assert time.monotonic() - first < 2 * CHILD_EVENT_BATCH_SECONDS
+    c.queue.done(("team-a", "my-run"))
+    assert queued(c) == []  # once
+    # A run's own change is not batched.
+    c.run_event("MODIFIED", body(KIND, "my-run", "2"))
+    assert queued(c) == [("team-a", "my-run")]
 
 
 def test_the_echo_of_its_own_status_write_does_not_wake_a_run():

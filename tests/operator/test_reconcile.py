@@ -115,6 +115,21 @@ def test_acceptance_then_provisioning_then_running():
     assert d2.status.condition("Accepted") == d.status.condition("Accepted")
 
 
+def test_the_pass_that_makes_the_cluster_writes_what_the_next_pass_sees():
+    """The first pass records the cluster it is about to make as provisioning: the next pass,
+    finding it there and not ready, has nothing new to write."""
+    first = decide(observe())
+    assert Action.ENSURE_RUN_CHILDREN in first.actions
+    ready = first.status.condition("ClusterReady")
+    assert (ready.status, ready.reason) == ("False", "Provisioning")
+    unready = {"metadata": {"name": "r"}, "status": {}}
+    second = decide(observe(first.status, ray_cluster=unready, cluster_pods=[]))
+    assert second.status.to_wire() == first.status.to_wire()
+    # A running attempt's cluster gone says so (that pass restarts the attempt, makes nothing).
+    lost = decide(observe(running_status(), ray_cluster=None))
+    assert lost.status.condition("ClusterReady").reason == "Absent"
+
+
 def test_refusal_creates_nothing():
     spec = SPEC.model_copy(update={"budget": SPEC.budget.model_copy(
         update={"max_generated_tokens": 10})})
