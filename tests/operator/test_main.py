@@ -26,11 +26,12 @@ def body(kind: str, name: str, version: str = "1", labels: dict | None = None) -
 
 
 def queued(c: Controller, within: float = 0.0) -> list:
-    """The keys due now, or due within ``within`` seconds."""
+    """The keys due within ``within`` seconds: the first waited for, then those due with it."""
     keys = []
     while (key := c.queue.get(timeout=within)) is not None:
         keys.append(key)
         c.queue.done(key)
+        within = 0.0
     return keys
 
 
