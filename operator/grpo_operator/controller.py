@@ -282,7 +282,7 @@ class Controller:
         observed = self._observe(run, meta, spec, status)
         decision = decide(observed)
         version = self._record(run, observed, decision, old_wire, meta["resourceVersion"])
-        self._act(run, spec, decision)
+        self._act(run, spec, decision, made_before=status.children.ray_cluster is not None)
         self._unstalled(run, observed, decision, version)
         if version != meta["resourceVersion"] and decision.requeue_after is None:
             # A written status is looked at once more before the run is left until its next
@@ -377,9 +377,13 @@ class Controller:
             self.events.record(run, event.type, event.reason, event.message)
         return version
 
-    def _act(self, run: RunRef, spec: GRPORunSpec, decision: Decision) -> None:
+    def _act(self, run: RunRef, spec: GRPORunSpec, decision: Decision,
+             made_before: bool) -> None:
+        """``made_before``: the status read says a pass before this one made the run's
+        children (the acceptance pass records them)."""
         k, status = self.kube, decision.status
         attempt = status.recovery.attempt
+        ensure = partial(k.create_if_absent, expected=made_before)
         for action in decision.actions:
             if action == Action.ENSURE_RUN_CHILDREN:
                 config = RunConfig.build(
@@ -392,13 +396,13 @@ class Controller:
                 # never open to all), then the cluster with what only the driver needs, made
                 # while KubeRay starts the pods; each group at once.
                 k.concurrently(
-                    partial(k.create_if_absent, identity.service_account(run)),
-                    partial(k.create_if_absent, identity.auth_secret(
+                    partial(ensure, identity.service_account(run)),
+                    partial(ensure, identity.auth_secret(
                         run, run_ray_token(self.signing_key, run.uid))),
                     partial(k.ensure_config_map, configmaps.run_config_map(run, config)),
-                    partial(k.create_if_absent, network_policy(run)),
+                    partial(ensure, network_policy(run)),
                 )
-                k.concurrently(*(partial(k.create_if_absent, obj) for obj in (
+                k.concurrently(*(partial(ensure, obj) for obj in (
                     ray_cluster(spec, run), identity.role(run), identity.role_binding(run),
                     identity.report_key_secret(run, run_report_key(self.signing_key, run.uid)),
                     configmaps.report_config_map(run),

@@ -246,11 +246,16 @@ class Kube:
                         None)
         return None
 
-    def create_if_absent(self, obj: dict[str, Any]) -> bool:
+    def create_if_absent(self, obj: dict[str, Any], expected: bool = False) -> bool:
         """Create the child ``obj`` unless the cache holds it; one of that name already there
         is left as it is (returns False) if the same run controls it, else ChildConflict. One
         deleted between the refused create and the read is created after all: the pass must
-        not go on as if it existed."""
+        not go on as if it existed.
+
+        ``expected``: an earlier pass made the run's children (its status says so), so one the
+        cache lacks — a Secret, never watched, after a restart, a takeover or a sweep — is most
+        likely there: it is read first, one request where a refused create and a read are two.
+        """
         meta, kind = obj["metadata"], obj["kind"]
         uid = _controller_uid(obj)
         cached = self.cache.get(kind, meta["namespace"], meta["name"])
@@ -258,6 +263,9 @@ class Kube:
             if not controlled_by(cached, uid):
                 raise ChildConflict(cached, uid)
             return False
+        if expected and (existing := self.get(obj["apiVersion"], kind, meta["namespace"],
+                                              meta["name"])) is not None:
+            return self._found(kind, existing, uid)
         resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=kind)
         for _ in range(CREATE_ATTEMPTS):
             self._count()
@@ -270,14 +278,17 @@ class Kube:
                 pass
             # Made elsewhere (or by this process before a restart) and not delivered yet.
             existing = self.get(obj["apiVersion"], kind, meta["namespace"], meta["name"])
-            if existing is None:
-                continue
-            if not controlled_by(existing, uid):
-                raise ChildConflict(existing, uid)
-            self.cache.created(kind, existing)
-            return False
+            if existing is not None:
+                return self._found(kind, existing, uid)
         raise RuntimeError(f"{kind} {meta['name']} was there at each create and gone "
                            f"at each read ({CREATE_ATTEMPTS} times)")
+
+    def _found(self, kind: str, existing: dict[str, Any], uid: str) -> bool:
+        """A child already there: kept (and remembered) if the run controls it."""
+        if not controlled_by(existing, uid):
+            raise ChildConflict(existing, uid)
+        self.cache.created(kind, existing)
+        return False
 
     def concurrently(self, *calls: Callable[[], object]) -> None:
         """Make these requests (``create_if_absent``, ``ensure_config_map``...) at the same

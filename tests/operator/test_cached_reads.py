@@ -114,3 +114,31 @@ def test_a_cluster_made_before_its_pods_were_labelled_has_its_pods_listed(
         del rc["spec"]["headGroupSpec"]["template"]["metadata"]["labels"][LABEL_RUN]
         controller.reconcile(namespace, "older")
         assert kube.take_request_count()[1] == 1  # the pods' listing
+
+
+def test_a_new_leader_reads_the_secrets_another_made_and_creates_nothing(
+        k8s_api, grporun_crd, namespace, tmp_path, request):
+    """A stand-by taking over (or a restarted operator) has every watched child in its cache
+    but none of the Secrets, which are never watched: it reads each once, as the run's status
+    says they were made, instead of a refused create and then a read."""
+    running = running_session_operator(request)
+    with running.paused() if running else contextlib.nullcontext():
+        runs = Runs(k8s_api, namespace)
+        # Workers that fit no node: the run stays Provisioning, its children ensured each pass.
+        runs.create(manifest("handed-over", str(tmp_path), resources__gpusPerWorker=16))
+        leader = _controller(k8s_api, tmp_path)
+        for _ in range(5):  # until a pass over what it made has nothing to write
+            deliver(leader.kube.cache, k8s_api, namespace)
+            leader.reconcile(namespace, "handed-over")
+            if leader.kube.take_request_count()[0] == 0:
+                break
+        else:
+            pytest.fail("every pass wrote something")
+
+        successor = _controller(k8s_api, tmp_path)
+        deliver(successor.kube.cache, k8s_api, namespace)
+        successor.reconcile(namespace, "handed-over")
+        requests, reads = successor.kube.take_request_count()
+        assert (requests, reads) == (2, 2), "the Ray token and report key Secrets, read once each"
+        successor.reconcile(namespace, "handed-over")
+        assert successor.kube.take_request_count() == (0, 0)  # remembered now

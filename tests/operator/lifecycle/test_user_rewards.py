@@ -103,8 +103,16 @@ def _finished(cluster, runs, name: str) -> dict:
     wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed"), 600, what=f"{name}'s end")
     status = runs.status(name)
     log = cluster.driver_runner.job_log(runs.namespace, f"{name}-a1")
-    assert status["phase"] == "Succeeded", (status, log.read_text()[-6000:] if log else None)
+    assert status["phase"] == "Succeeded", (status, _why(log.read_text()) if log else None)
     return status
+
+
+def _why(log: str) -> str:
+    """A failed attempt's log as far as it says why: every line that names an error or a
+    warning (a retryable failure's cause may be far from the log's end), then the end."""
+    said = [line for line in log.splitlines()
+            if any(word in line for word in ("Error", "ERROR", "WARNING", "Traceback", "failed"))]
+    return "\n".join(said[:60]) + "\n...\n" + log[-4000:]
 
 
 def _last_step(runs, name: str) -> dict:
