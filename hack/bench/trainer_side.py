@@ -106,6 +106,8 @@ def train(exp: Experiment, workdir: Path, learner_ranks: int | None = None) -> d
             steps.append({"mark": time.perf_counter()})
             yield trainer
 
+    # Defined here, with the trainer's imports: the TRL side imports this module in a venv
+    # without the trainer.
     class CheckpointSeconds(Reporter):
         """Publishes as the trainer's reporter does, keeping the seconds the last checkpoint
         held the loop (its step's ``seconds.checkpoint``)."""

@@ -45,6 +45,18 @@ def manifest(name: str, data_dir: str, **spec_overrides: Any) -> dict[str, Any]:
             "metadata": {"name": name}, "spec": spec}
 
 
+def driver_log_excerpt(cluster, namespace: str, job: str) -> str | None:
+    """For a failed run's assertion: its driver Job's log as far as it says why — every line
+    that names an error or a warning (a retryable failure's cause may be far from the log's
+    end), then the end; None when the Job left no log."""
+    log = cluster.driver_runner.job_log(namespace, job)
+    if log is None:
+        return None
+    text = log.read_text()
+    said = [line for line in text.splitlines()
+            if any(word in line for word in ("Error", "ERROR", "WARNING", "Traceback", "failed"))]
+    return "\n".join(said[:60]) + "\n...\n" + text[-4000:]
+
 def tiny_example(tmp_path: Path, tie_word_embeddings: bool = False) -> dict:
     """examples/tiny-cpu.yaml with its hostPaths pointed at a fresh tiny model and dataset."""
     toy.make_tiny_model(tmp_path / "model", tie_word_embeddings=tie_word_embeddings)

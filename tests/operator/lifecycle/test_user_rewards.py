@@ -26,7 +26,7 @@ from kubernetes import client
 from grpo_operator.api.digest import DigestManifest
 from grpo_trainer.toy import LETTERS_SOURCE
 from tests.json_http import send_json
-from tests.operator.lifecycle.runs import tiny_example
+from tests.operator.lifecycle.runs import driver_log_excerpt, tiny_example
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.second_cluster]
@@ -102,17 +102,9 @@ def _finished(cluster, runs, name: str) -> dict:
     """The run's status once it has ended, Succeeded (else the driver's log says why)."""
     wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed"), 600, what=f"{name}'s end")
     status = runs.status(name)
-    log = cluster.driver_runner.job_log(runs.namespace, f"{name}-a1")
-    assert status["phase"] == "Succeeded", (status, _why(log.read_text()) if log else None)
+    assert status["phase"] == "Succeeded", (
+        status, driver_log_excerpt(cluster, runs.namespace, f"{name}-a1"))
     return status
-
-
-def _why(log: str) -> str:
-    """A failed attempt's log as far as it says why: every line that names an error or a
-    warning (a retryable failure's cause may be far from the log's end), then the end."""
-    said = [line for line in log.splitlines()
-            if any(word in line for word in ("Error", "ERROR", "WARNING", "Traceback", "failed"))]
-    return "\n".join(said[:60]) + "\n...\n" + log[-4000:]
 
 
 def _last_step(runs, name: str) -> dict:
