@@ -138,6 +138,7 @@ class ObjectCache:
         self._objects: dict[Key, dict[str, Any]] = {}
         self._stored_at: dict[Key, float] = {}
         self._by_run: dict[tuple[str, str, str], set[str]] = {}  # (kind, ns, run) → names
+        self._counts: dict[str, int] = {}  # kind → objects held
         self._own: dict[Key, str] = {}  # → the last version a request of this process returned
         self._behind: dict[Key, str | None] = {}  # → the version that catches it up, if known
         self._runs_distrusted_until = float("-inf")
@@ -283,11 +284,17 @@ class ObjectCache:
         with self._lock:
             return len(self._objects)
 
+    def count(self, kind: str) -> int:
+        """Objects of ``kind`` held."""
+        with self._lock:
+            return self._counts.get(kind, 0)
+
     def _store(self, key: Key, obj: dict[str, Any] | None) -> None:
         kind, namespace, name = key
         old = self._objects.pop(key, None)
         self._stored_at.pop(key, None)
         if old is not None:
+            self._counts[kind] -= 1
             run = (old["metadata"].get("labels") or {}).get(LABEL_RUN)
             names = self._by_run.get((kind, namespace, run))
             if names is not None:
@@ -297,6 +304,7 @@ class ObjectCache:
         if obj is None:
             return
         self._objects[key] = obj
+        self._counts[kind] = self._counts.get(kind, 0) + 1
         self._stored_at[key] = self._clock()
         run = (obj["metadata"].get("labels") or {}).get(LABEL_RUN)
         if run is not None:

@@ -302,7 +302,7 @@ class Controller:
             reward = reward_config_map(spec)
             if reward is not None:
                 config_maps[reward] = k.get("v1", "ConfigMap", run.namespace, reward)
-        rc = job = report = signature = gpu_pods = None
+        rc = job = report = signature = None
         report_map_missing = False
         pods: list[dict[str, Any]] = []
         if status.children.ray_cluster:
@@ -325,12 +325,6 @@ class Controller:
             report_map_missing = cm is None
             data = (cm or {}).get("data") or {}
             report, signature = data.get(REPORT_KEY), data.get(REPORT_SIGNATURE_KEY)
-        # Metered every interval from acceptance: a first metering at the pass that first sees
-        # a GPU pod running would cost a status write of its own while the cluster comes up,
-        # and loses nothing by waiting (a pod's time counts from its start).
-        metered = status.ledger.gpu_metered_time or status.start_time or now
-        due = (status.stopping is not None
-               or (now - metered).total_seconds() >= self.policy.meter_interval_seconds)
         cluster_pods = None
         if rc is not None:
             # KubeRay controls the pods it makes for the cluster.
@@ -341,8 +335,6 @@ class Controller:
             else:  # made before its pods were labelled: they are not in the cache
                 cluster_pods = k.list_pods(run, f"{RAY_CLUSTER_LABEL}={names.ray_cluster}",
                                            rc["metadata"]["uid"])
-        if rc is not None and spec.resources.gpus_per_worker and due:
-            gpu_pods = cluster_pods
         workload = (k.kueue_workload(run.namespace, rc["metadata"]["uid"])
                     if held_by_kueue(spec, rc) else None)
         return Observed(name=run.name, generation=meta.get("generation", 0), spec=spec,
@@ -353,8 +345,8 @@ class Controller:
                         driver_job=job, driver_pods=pods, report_data=report,
                         report_map_missing=report_map_missing, report_signature=signature,
                         report_key=run_report_key(self.signing_key, run.uid),
-                        cluster_pods=cluster_pods, gpu_pods=gpu_pods, kueue_workload=workload,
-                        policy=self.policy)
+                        cluster_pods=cluster_pods, kueue_workload=workload,
+                        metering_runs=k.cache.count("RayCluster"), policy=self.policy)
 
     def _record(self, run: RunRef, observed: Observed | None, decision: Decision,
                 old_wire: dict[str, Any], version: str) -> str:

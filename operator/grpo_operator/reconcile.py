@@ -59,7 +59,7 @@ from grpo_operator.health import (
     pod_problem,
     provisioned_at,
 )
-from grpo_operator.metering import gpu_seconds_since
+from grpo_operator.metering import gpu_seconds_since, pod_gpus, running_since
 from grpo_operator.naming import ChildNames
 from grpo_operator.progress import at_rest, shown_progress
 
@@ -69,6 +69,13 @@ STEADY_REQUEUE_SECONDS = 5.0
 # A RayCluster's changes (ready, gone) wake its run through the operator's RayCluster watch;
 # this pass is the safety net.
 RAY_CLUSTER_WAIT_SECONDS = STEADY_REQUEUE_SECONDS
+# A run waiting for its cluster to come up or for its driver to end is woken by the watches of
+# what it waits for (the RayCluster, its pods, the driver Job and its pods, the report
+# ConfigMap); it is due on its own only for what time alone changes (a deadline, GPU metering,
+# the bound on a ready cluster's unready spell: ``_next_due``) and, as a safety net, after
+# this long. A pass every few seconds instead costs the operator's CPU in proportion to how
+# long runs wait, which grows with how many wait at once.
+RESYNC_SECONDS = 60.0
 
 # Stops that end the run, by reason, with their outcome; a suspension is the only other stop.
 _ENDING_STOPS = {
@@ -86,7 +93,11 @@ class Policy:
     cluster_unhealthy_seconds: float = 300.0
     """How long a RayCluster that was ready may stay unready before it is recreated."""
     meter_interval_seconds: float = 30.0
-    """How often GPU-seconds are brought up to date while GPU pods run."""
+    """How often, at least, a status write is made only to bring GPU-seconds up to date while
+    GPU pods run (every status write a pass makes anyway brings them up to date too)."""
+    meter_writes_per_second: float = 5.0
+    """Those writes, operator-wide: with many runs metering at once each one's interval
+    stretches to keep under this (0: no bound)."""
     stop_slack_seconds: float = 30.0
     """Added to the driver's grace period when waiting for the trainer's checkpoint."""
     confinement: Confinement = field(default_factory=Confinement)
@@ -132,8 +143,9 @@ class Observed:
     """The RayCluster's pods (None: there is no RayCluster)."""
     kueue_workload: dict[str, Any] | None = None
     """Kueue's Workload of the RayCluster, read while Kueue holds it (None: not read, none)."""
-    gpu_pods: list[dict[str, Any]] | None = None
-    """The RayCluster's pods when GPU metering is due (None: not looked at this pass)."""
+    metering_runs: int = 0
+    """Runs the operator meters now (those with a RayCluster): their metering writes share
+    ``Policy.meter_writes_per_second``."""
     policy: Policy = field(default_factory=Policy)
 
 
@@ -281,15 +293,37 @@ def _budget_remaining(d: Decision, o: Observed) -> None:
     )
 
 
-def _meter_gpus(d: Decision, o: Observed) -> None:
-    """Add the GPU pods' Running time since the last metering. When no GPU pod runs the
-    metering time is left alone: a pod that starts later counts from its own start."""
-    if o.gpu_pods is None:
+def meter_interval(o: Observed) -> float:
+    """Seconds between metering writes of one run: the policy's interval, stretched so that
+    all the runs metering at once make at most ``meter_writes_per_second`` of them. Runs wait
+    longer the more there are (KubeRay readies clusters one at a time), so a fixed interval
+    would cost each run more writes the more runs there are."""
+    rate = o.policy.meter_writes_per_second
+    return max(o.policy.meter_interval_seconds, o.metering_runs / rate if rate else 0.0)
+
+
+def _unmetered(o: Observed, s: GRPORunStatus) -> float:
+    """GPU-seconds the cluster's running pods used since the last metering."""
+    if not o.cluster_pods or not o.spec.resources.gpus_per_worker:
+        return 0.0
+    return gpu_seconds_since(o.cluster_pods, o.spec.resources.gpu_resource_name,
+                             s.ledger.gpu_metered_time, o.now)
+
+
+def _meter_gpus(d: Decision, o: Observed, *, writing: bool = False) -> None:
+    """Add the GPU pods' Running time since the last metering, when due: the pass writes the
+    status anyway (``writing``), a stop is under way, the GPU budget is used up by now, or
+    ``meter_interval`` has passed. When no GPU pod runs the metering time is left alone: a
+    pod that starts later counts from its own start."""
+    s = d.status
+    ledger, budget = s.ledger, o.spec.budget.max_gpu_hours
+    added = _unmetered(o, s)
+    if added <= 0:
         return
-    ledger = d.status.ledger
-    added = gpu_seconds_since(o.gpu_pods, o.spec.resources.gpu_resource_name,
-                              ledger.gpu_metered_time, o.now)
-    if added > 0:
+    since = ledger.gpu_metered_time or s.start_time or o.now
+    if (writing or s.stopping is not None
+            or (budget is not None and ledger.gpu_seconds + added >= budget * 3600)
+            or _seconds(o.now, since) >= meter_interval(o)):
         ledger.gpu_seconds = round(ledger.gpu_seconds + added, 3)
         ledger.gpu_metered_time = o.now
         _budget_remaining(d, o)
@@ -607,14 +641,40 @@ def _cluster_lost(o: Observed, s: GRPORunStatus, health: ClusterHealth) -> bool:
         return False
     if health in (ClusterHealth.ABSENT, ClusterHealth.DELETING):
         return s.phase == Phase.RUNNING
+    unready_since = _unready_since(o, s)
+    return (unready_since is not None
+            and _seconds(o.now, unready_since) > o.policy.cluster_unhealthy_seconds)
+
+
+def _unready_since(o: Observed, s: GRPORunStatus) -> datetime.datetime | None:
+    """Since when a cluster that was ready has been unready (None: it is ready, or was never
+    ready: deadlines bound that wait)."""
     ready = s.condition(ConditionType.CLUSTER_READY)
     provisioned = provisioned_at(o.ray_cluster)
     if ready is None or ready.status == "True" or provisioned is None:
-        return False
+        return None
     # Unready since we saw it so, or since it was first ready if that came later (a pass
     # may miss a short ready spell of this cluster after an earlier one went unready).
-    unready_since = max(ready.last_transition_time, provisioned)
-    return _seconds(o.now, unready_since) > o.policy.cluster_unhealthy_seconds
+    return max(ready.last_transition_time, provisioned)
+
+
+def _next_due(o: Observed, s: GRPORunStatus) -> float:
+    """Seconds until a waiting run's next pass that no watch event would bring: a deadline,
+    GPU metering while a GPU pod runs, the end of a ready cluster's allowed unready spell, or
+    the safety net (each clock's first pass past it: ``now`` has whole seconds)."""
+    due = [RESYNC_SECONDS, _next_check(o, s)]
+    resource = o.spec.resources.gpu_resource_name
+    gpus = sum(pod_gpus(p, resource) for p in o.cluster_pods or () if running_since(p))
+    if o.spec.resources.gpus_per_worker and gpus:
+        metered = s.ledger.gpu_metered_time or s.start_time or o.now
+        due.append(meter_interval(o) - _seconds(o.now, metered) + 1)
+        budget = o.spec.budget.max_gpu_hours
+        if budget is not None:  # when the running pods will have used it up
+            due.append((budget * 3600 - s.ledger.gpu_seconds - _unmetered(o, s)) / gpus + 1)
+    unready_since = _unready_since(o, s)
+    if unready_since is not None:
+        due.append(o.policy.cluster_unhealthy_seconds - _seconds(o.now, unready_since) + 1)
+    return max(min(d for d in due if d is not None), FAST_REQUEUE_SECONDS)
 
 
 def _replace_cluster(d: Decision, why: str) -> None:
@@ -630,6 +690,8 @@ def decide(o: Observed) -> Decision:
     if d.status.phase != Phase.RUNNING:
         d.status.progress = at_rest(d.status.progress)
     summarize(d.status, generation=o.generation, now=o.now)
+    if d.status != o.status:  # written anyway: GPU-seconds go with it, at no extra request
+        _meter_gpus(d, o, writing=True)
     return d
 
 
@@ -691,7 +753,7 @@ def _decide(o: Observed) -> Decision:
                 _replace_cluster(d, "unready for too long")
             if s.phase != Phase.RECOVERING:
                 _phase(d, o, Phase.PROVISIONING, "waiting for the RayCluster to be ready")
-            d.requeue_after = _sooner(RAY_CLUSTER_WAIT_SECONDS, _next_check(o, s))
+            d.requeue_after = _next_due(o, s)
             return d
         if s.active_since is None:
             s.active_since = o.now
@@ -732,13 +794,8 @@ def _decide(o: Observed) -> Decision:
         if stuck:
             d.events.append(Event("Warning", str(Reason.POD_NOT_STARTING), stuck))
         d.actions.append(Action.ENSURE_DRIVER_JOB)
-        d.requeue_after = _sooner(
-            FAST_REQUEUE_SECONDS if o.driver_job is None else STEADY_REQUEUE_SECONDS,
-            _next_check(o, s))
+        d.requeue_after = (FAST_REQUEUE_SECONDS if o.driver_job is None
+                           else _next_due(o, s))
         return d
     _finish_driver(d, o, end, report)
     return d
-
-
-def _sooner(a: float, b: float | None) -> float:
-    return a if b is None else min(a, b)

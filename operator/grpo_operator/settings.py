@@ -74,6 +74,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
                                               defaults.cluster_unhealthy_seconds),
             meter_interval_seconds=_number(env, "GRPO_METER_INTERVAL_SECONDS",
                                            defaults.meter_interval_seconds),
+            meter_writes_per_second=_number(env, "GRPO_METER_WRITES_PER_SECOND",
+                                            defaults.meter_writes_per_second),
             stop_slack_seconds=_number(env, "GRPO_STOP_SLACK_SECONDS",
                                        defaults.stop_slack_seconds),
             confinement=Confinement(

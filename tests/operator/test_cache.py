@@ -53,6 +53,10 @@ def test_objects_are_found_by_name_and_by_run_label():
     assert [p["metadata"]["name"] for p in cache.of_run("Pod", "ns", "r")] == ["b"]
     assert len(cache.of_run("Pod", "ns", "s")) == 2
     assert cache.get("Job", "ns", "a") is None
+    # Counted by kind (a replaced copy is one object; a removed one none).
+    assert (cache.count("Pod"), cache.count("Job")) == (4, 0)
+    cache.remove("Pod", obj("Pod", "b"))
+    assert cache.count("Pod") == 3
 
 
 def test_a_late_deletion_spares_the_newer_object_of_the_same_name():

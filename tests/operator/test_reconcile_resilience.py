@@ -10,7 +10,14 @@ import pytest
 from grpo_operator.api.ray_job import driver_termination_grace_s
 from grpo_operator.api.report import Report, TrainerState
 from grpo_operator.api.status import CheckpointRef, GRPORunStatus, TrainerLedger, TrainerRecovery
-from grpo_operator.reconcile import Action, Observed, Policy, decide, kueue_verdict
+from grpo_operator.reconcile import (
+    RESYNC_SECONDS,
+    Action,
+    Observed,
+    Policy,
+    decide,
+    kueue_verdict,
+)
 from tests.operator.test_reconcile import (
     HEALTHY_RC,
     HOST_PATHS,
@@ -348,31 +355,103 @@ def test_an_evicted_driver_costs_no_restart():
 # --- GPU metering -------------------------------------------------------------------------------
 
 def gpu_pod(gpus: int, started_seconds: float, phase: str = "Running") -> dict:
-    started = (NOW + started_seconds * SECOND).isoformat().replace("+00:00", "Z")
-    return {"metadata": {"name": "w"},
+    """A Ray worker pod of the cluster holding ``gpus``, ready while Running."""
+    started = _stamp(started_seconds)
+    return {"metadata": {"name": "w", "labels": {"ray.io/node-type": "worker"}},
             "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
-            "status": {"phase": phase, "startTime": started, "containerStatuses": [
-                {"state": {"running": {"startedAt": started}}}]}}
+            "status": {"phase": phase, "startTime": started,
+                       "conditions": [{"type": "Ready", "status": str(phase == "Running")}],
+                       "containerStatuses": [{"state": {"running": {"startedAt": started}}}]}}
+
+
+HEAD_POD = {"metadata": {"name": "h", "labels": {"ray.io/node-type": "head"}},
+            "spec": {"containers": [{}]},
+            "status": {"phase": "Running", "startTime": "2026-11-29T11:00:00Z",
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
 def test_gpu_seconds_are_metered_from_running_gpu_pods_and_enforce_the_gpu_budget():
     limited = spec(budget={"max_gpu_hours": 0.01})  # 36 GPU-seconds
+    every_5s = Policy(meter_interval_seconds=5)
     status = decide(at(running_status(), 0, limited)).status
-    head = {"metadata": {"name": "h"}, "spec": {"containers": [{}]},
-            "status": {"phase": "Running", "startTime": "2026-11-29T11:00:00Z"}}
     first = decide(at(status, 10, limited, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
-                      gpu_pods=[gpu_pod(1, 0), gpu_pod(2, 4), gpu_pod(4, 0, "Pending"), head]))
+                      cluster_pods=[gpu_pod(1, 0), gpu_pod(2, 4), gpu_pod(4, 0, "Pending"),
+                                    HEAD_POD], policy=every_5s))
     ledger = first.status.ledger
     assert ledger.gpu_seconds == 1 * 10 + 2 * 6
     assert ledger.gpu_metered_time == NOW + 10 * SECOND
     assert ledger.budget_remaining.gpu_hours == round(0.01 - 22 / 3600, 6)
     idle = decide(at(first.status, 20, limited, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
-                     gpu_pods=[]))
+                     cluster_pods=[HEAD_POD], policy=every_5s))
     assert idle.status.ledger == ledger  # nothing ran: nothing added, nothing rewritten
     over = decide(at(idle.status, 30, limited, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
-                     gpu_pods=[gpu_pod(1, 0)]))
+                     cluster_pods=[gpu_pod(1, 0), HEAD_POD], policy=every_5s))
     assert over.status.ledger.gpu_seconds == 22 + 20
     assert over.status.stopping.reason == "BudgetExhausted"
+
+
+def test_metering_writes_wait_for_their_interval_stretched_by_the_runs_metering_at_once():
+    pods = [gpu_pod(1, 0), HEAD_POD]
+    status = running_status()  # accepted at NOW: metering counts from there
+
+    def pass_at(seconds: float, metering_runs: int):
+        return decide(at(status, seconds, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                         cluster_pods=pods, metering_runs=metering_runs))
+
+    few = pass_at(29, 10)
+    assert few.status == status and few.requeue_after == 30 - 29 + 1
+    assert pass_at(30, 10).status.ledger.gpu_seconds == 30
+    # 1000 runs at 5 writes a second: each one's status is written for metering every 200 s.
+    assert Policy().meter_writes_per_second == 5
+    many = pass_at(150, 1000)
+    assert many.status == status and many.requeue_after == 200 - 150 + 1
+    assert pass_at(200, 1000).status.ledger.gpu_seconds == 200
+    # A pass that writes the status anyway brings GPU-seconds up to date with it.
+    reported = decide(at(status, 20, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                         cluster_pods=pods, metering_runs=1000, report_data=report(1)))
+    assert reported.status.ledger.completed_steps == 1
+    assert reported.status.ledger.gpu_seconds == 20
+    # A GPU budget is not overrun for want of a metering write: the run is due when its
+    # running pods will have used it up, and is metered then.
+    limited = spec(budget={"max_gpu_hours": 0.01})  # 36 GPU-seconds
+    before = decide(at(status, 10, limited, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                       cluster_pods=[gpu_pod(2, 0), HEAD_POD], metering_runs=1000))
+    assert before.status == status and before.requeue_after == (36 - 2 * 10) / 2 + 1
+    used_up = decide(at(status, 18, limited, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                        cluster_pods=[gpu_pod(2, 0), HEAD_POD], metering_runs=1000))
+    assert used_up.status.ledger.gpu_seconds == 36
+    assert used_up.status.stopping.reason == "BudgetExhausted"
+
+
+def test_a_waiting_run_is_due_again_only_when_time_alone_changes_something():
+    """Its cluster, pods and driver wake it by watch: a pass comes on its own only for the next
+    GPU metering while a GPU pod runs, a deadline, the end of a ready cluster's allowed unready
+    spell, or the safety net."""
+    accepted = decide(at(GRPORunStatus(), 0)).status
+    coming_up = rc_created(0)
+    idle = decide(at(accepted, 5, ray_cluster=coming_up, cluster_pods=[]))
+    assert idle.status.phase == "Provisioning" and idle.requeue_after == RESYNC_SECONDS
+    # Metered every interval from acceptance, the pass after the interval (whole seconds).
+    metering = decide(at(accepted, 5, ray_cluster=coming_up, cluster_pods=[gpu_pod(1, 2)]))
+    assert metering.requeue_after == Policy().meter_interval_seconds - 5 + 1
+    cpu_only = spec(resources={"gpus_per_worker": 0})
+    cpu = decide(at(decide(at(GRPORunStatus(), 0, cpu_only)).status, 5, cpu_only,
+                    ray_cluster=coming_up, cluster_pods=[gpu_pod(1, 2)]))
+    assert cpu.requeue_after == RESYNC_SECONDS
+    limited = spec(budget={"pre_running_deadline_seconds": 20})
+    deadline = decide(at(decide(at(GRPORunStatus(), 0, limited)).status, 5, limited,
+                         ray_cluster=coming_up, cluster_pods=[]))
+    assert deadline.requeue_after == 20 - 5 + 1
+    # Running: the driver's end and its reports come by watch.
+    running = decide(at(running_status(), 10, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+                        cluster_pods=[]))
+    assert running.status.phase == "Running" and running.requeue_after == RESYNC_SECONDS
+    # A cluster that was ready goes unready: due when its allowed spell ends.
+    policy = Policy(cluster_unhealthy_seconds=30)
+    unready = decide(at(running_status(), 10, ray_cluster=rc_created(-100, provisioned=-90),
+                        driver_job=RUNNING_JOB, cluster_pods=[], policy=policy))
+    assert unready.status.condition("ClusterReady").status == "False"
+    assert unready.requeue_after == 30 + 1
 
 
 # --- Retry and TTL --------------------------------------------------------------------------------
