@@ -27,14 +27,21 @@ A cache lags the API server, and a watch can say less than the truth. The rules:
   name that a create has put in already; kopf's relisting after a broken watch says nothing
   of what went meanwhile, so a periodic listing (``sweep``) drops what the API server no
   longer has (client-go's reflector replaces its store at each relist for the same reason).
+
+What is kept of an object is only what a pass reads (``CachedKind.keep``), stored as compact
+JSON beside its identity and decoded when a pass reads it: a thousand runs' children as
+decoded JSON were most of the process's memory (a dict and a string per field, about 86 KiB
+per run; as JSON under a fifth of it), and a pass reads a handful of objects. A read returns
+a fresh copy, so nothing a pass does to it reaches the cache.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from grpo_operator.api.constants import GROUP, KIND, LABEL_RUN, PLURAL, VERSION
 
@@ -57,24 +64,38 @@ class CachedKind:
         return f"{self.group}/{self.version}" if self.group else self.version
 
 
-# Of a child's metadata: who it is, whose it is, and whether it is going.
-_CHILD_META: Shape = dict.fromkeys(("name", "namespace", "uid", "resourceVersion", "labels",
-                                    "ownerReferences", "creationTimestamp",
-                                    "deletionTimestamp"))
+# Of a child's metadata: who it is, whose it is (the labels a pass selects by, the controller
+# it checks), and whether it is going.
+_LABELS: Shape = dict.fromkeys((LABEL_RUN, "ray.io/node-type", "ray.io/cluster", "job-name"))
+_CHILD_META: Shape = {
+    **dict.fromkeys(("name", "namespace", "uid", "resourceVersion", "creationTimestamp",
+                     "deletionTimestamp")),
+    "labels": _LABELS,
+    "ownerReferences": dict.fromkeys(("kind", "name", "uid", "controller")),
+}
+_CONDITIONS: Shape = dict.fromkeys(("type", "status", "reason", "message",
+                                    "lastTransitionTime"))
+_CONTAINER_STATUS: Shape = {"name": None, "state": None}  # exit codes, waits, start times
 _RESOURCES: Shape = {"resources": None}  # GPU metering
 
 RUN_KIND = CachedKind(GROUP, VERSION, PLURAL, KIND, {"spec": None, "status": None})
 # Kinds the operator creates or reads per run, watched. Those it only creates are kept as
 # metadata (a pass asks only whether they exist and who controls them).
 CHILD_KINDS = (
-    CachedKind("ray.io", "v1", "rayclusters", "RayCluster",
-               {"metadata": _CHILD_META, "status": None, "spec": {
-                   "suspend": None,
-                   # Whether its pods carry the run's label (and so are in this cache).
-                   "headGroupSpec": {"template": {"metadata": {"labels": None}}}}}),
-    CachedKind("batch", "v1", "jobs", "Job", {"metadata": _CHILD_META, "status": None}),
+    CachedKind("ray.io", "v1", "rayclusters", "RayCluster", {
+        "metadata": _CHILD_META,
+        "status": {"conditions": _CONDITIONS, "readyWorkerReplicas": None},
+        "spec": {
+            "suspend": None,
+            # Whether its pods carry the run's label (and so are in this cache).
+            "headGroupSpec": {"template": {"metadata": {"labels": {LABEL_RUN: None}}}}}}),
+    CachedKind("batch", "v1", "jobs", "Job",
+               {"metadata": _CHILD_META, "status": {"conditions": _CONDITIONS}}),
     CachedKind("", "v1", "pods", "Pod", {
-        "metadata": _CHILD_META, "status": None,
+        "metadata": _CHILD_META,
+        "status": {"phase": None, "startTime": None, "conditions": _CONDITIONS,
+                   "containerStatuses": _CONTAINER_STATUS,
+                   "initContainerStatuses": _CONTAINER_STATUS},
         "spec": {"containers": _RESOURCES, "initContainers": _RESOURCES}}),
     CachedKind("", "v1", "configmaps", "ConfigMap", {"metadata": _CHILD_META, "data": None}),
     CachedKind("", "v1", "serviceaccounts", "ServiceAccount", {"metadata": _CHILD_META}),
@@ -121,12 +142,35 @@ def _key(kind: str, obj: dict[str, Any]) -> Key:
     return kind, meta.get("namespace") or "", meta["name"]
 
 
-def _uid(obj: dict[str, Any] | None) -> str | None:
+def _uid(obj: dict[str, Any] | _Stored | None) -> str | None:
+    if isinstance(obj, _Stored):
+        return obj.uid
     return (obj or {}).get("metadata", {}).get("uid")
 
 
-def _version(obj: dict[str, Any] | None) -> str | None:
+def _version(obj: dict[str, Any] | _Stored | None) -> str | None:
+    if isinstance(obj, _Stored):
+        return obj.version
     return (obj or {}).get("metadata", {}).get("resourceVersion")
+
+
+class _Stored(NamedTuple):
+    """An object as kept: what the cache's rules compare, and the rest as compact JSON."""
+
+    uid: str | None
+    version: str | None
+    run: str | None  # its grpo.dev/run label
+    json: bytes
+
+    @classmethod
+    def of(cls, obj: dict[str, Any]) -> _Stored:
+        meta = obj["metadata"]
+        return cls(meta.get("uid"), meta.get("resourceVersion"),
+                   (meta.get("labels") or {}).get(LABEL_RUN),
+                   json.dumps(obj, separators=(",", ":")).encode())
+
+    def load(self) -> dict[str, Any]:
+        return json.loads(self.json)
 
 
 class ObjectCache:
@@ -135,7 +179,7 @@ class ObjectCache:
     def __init__(self, clock=time.monotonic) -> None:
         self._lock = threading.Lock()
         self._clock = clock
-        self._objects: dict[Key, dict[str, Any]] = {}
+        self._objects: dict[Key, _Stored] = {}
         self._stored_at: dict[Key, float] = {}
         self._by_run: dict[tuple[str, str, str], set[str]] = {}  # (kind, ns, run) → names
         self._counts: dict[str, int] = {}  # kind → objects held
@@ -250,8 +294,8 @@ class ObjectCache:
         with self._lock:
             for key, obj in list(self._objects.items()):
                 if (key[0] == kind and self._stored_at[key] < since
-                        and (key[1], key[2], _uid(obj)) not in listed):
-                    gone.append(obj)
+                        and (key[1], key[2], obj.uid) not in listed):
+                    gone.append(obj.load())
                     self._store(key, None)
                     self._own.pop(key, None)
         return gone
@@ -260,14 +304,20 @@ class ObjectCache:
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
-            return self._objects.get((kind, namespace, name))
+            stored = self._objects.get((kind, namespace, name))
+        return None if stored is None else stored.load()
+
+    def holds(self, kind: str, namespace: str, name: str) -> bool:
+        with self._lock:
+            return (kind, namespace, name) in self._objects
 
     def of_run(self, kind: str, namespace: str, run: str) -> list[dict[str, Any]]:
         """Objects of ``kind`` labelled with the run's name (anyone may set a label: callers
         check who controls what they find)."""
         with self._lock:
             names = self._by_run.get((kind, namespace, run), ())
-            return [self._objects[(kind, namespace, n)] for n in sorted(names)]
+            stored = [self._objects[(kind, namespace, n)] for n in sorted(names)]
+        return [s.load() for s in stored]
 
     def forget_run(self, namespace: str, run: str) -> None:
         """The run is gone: so is what is remembered of it and its children (the watched
@@ -295,17 +345,15 @@ class ObjectCache:
         self._stored_at.pop(key, None)
         if old is not None:
             self._counts[kind] -= 1
-            run = (old["metadata"].get("labels") or {}).get(LABEL_RUN)
-            names = self._by_run.get((kind, namespace, run))
+            names = self._by_run.get((kind, namespace, old.run))
             if names is not None:
                 names.discard(name)
                 if not names:
-                    del self._by_run[(kind, namespace, run)]
+                    del self._by_run[(kind, namespace, old.run)]
         if obj is None:
             return
-        self._objects[key] = obj
+        stored = self._objects[key] = _Stored.of(obj)
         self._counts[kind] = self._counts.get(kind, 0) + 1
         self._stored_at[key] = self._clock()
-        run = (obj["metadata"].get("labels") or {}).get(LABEL_RUN)
-        if run is not None:
-            self._by_run.setdefault((kind, namespace, run), set()).add(name)
+        if stored.run is not None:
+            self._by_run.setdefault((kind, namespace, stored.run), set()).add(name)

@@ -160,7 +160,7 @@ class Controller:
         run = (meta.get("labels") or {}).get(LABEL_RUN)
         # A run the cache does not hold is gone (its children go after it) or not delivered
         # yet (its own event will queue it).
-        if run and self.kube.cache.get(KIND, meta["namespace"], run) is not None:
+        if run and self.kube.cache.holds(KIND, meta["namespace"], run):
             self.enqueue(meta["namespace"], run, delay)
 
     def crd_changed(self) -> None:
@@ -385,8 +385,9 @@ class Controller:
                     inputs=status.recovery.inputs,
                 )
                 # What the Ray pods need first (the policy before the cluster: its pods are
-                # never open to all), then the cluster with what only the driver needs, made
-                # while KubeRay starts the pods; each group at once.
+                # never open to all), then the cluster. What only the driver needs is made
+                # with the driver, once the cluster is ready: while KubeRay brings clusters up
+                # it waits on the same API server.
                 k.concurrently(
                     partial(ensure, identity.service_account(run)),
                     partial(ensure, identity.auth_secret(
@@ -394,12 +395,15 @@ class Controller:
                     partial(k.ensure_config_map, configmaps.run_config_map(run, config)),
                     partial(ensure, network_policy(run)),
                 )
+                ensure(ray_cluster(spec, run))
+            elif action == Action.ENSURE_DRIVER_JOB:
+                # The trainer's grant on its report, the report's key and the report itself
+                # before the Job whose pod mounts them.
                 k.concurrently(*(partial(ensure, obj) for obj in (
-                    ray_cluster(spec, run), identity.role(run), identity.role_binding(run),
+                    identity.role(run), identity.role_binding(run),
                     identity.report_key_secret(run, run_report_key(self.signing_key, run.uid)),
                     configmaps.report_config_map(run),
                 )))
-            elif action == Action.ENSURE_DRIVER_JOB:
                 k.create_if_absent(driver_job(spec, run, attempt))
             elif action == Action.DELETE_RAY_CLUSTER:
                 # Foreground: the RayCluster stays (Deleting) until its pods are gone. The next

@@ -12,6 +12,7 @@ import datetime
 import threading
 from collections import Counter as Tally
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -27,8 +28,25 @@ WAIT_BUCKETS = (5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
+class _Figures(NamedTuple):
+    """What the metrics show of a run's last recorded status (the status itself, a few dozen
+    objects, is not kept: with a thousand runs it would be most of the process's memory)."""
+
+    phase: str
+    gpu_seconds: float
+    gpu_seconds_left: float | None
+    tokens_left: int | None
+
+    @classmethod
+    def of(cls, status: GRPORunStatus) -> _Figures:
+        left = status.ledger.budget_remaining
+        return cls(str(status.phase or Phase.PENDING), status.ledger.gpu_seconds,
+                   None if left is None or left.gpu_hours is None else left.gpu_hours * 3600,
+                   None if left is None else left.generated_tokens)
+
+
 class _RunsCollector(Collector):
-    def __init__(self, lock: threading.Lock, runs: dict[Key, GRPORunStatus]):
+    def __init__(self, lock: threading.Lock, runs: dict[Key, _Figures]):
         self._lock = lock
         self._runs = runs
 
@@ -36,7 +54,7 @@ class _RunsCollector(Collector):
         with self._lock:
             statuses = list(self._runs.items())
         by_phase = GaugeMetricFamily("grpo_runs", "GRPORuns served, by phase", labels=["phase"])
-        tally = Tally(str(s.phase or Phase.PENDING) for _, s in statuses)
+        tally = Tally(s.phase for _, s in statuses)
         for phase in Phase:
             by_phase.add_metric([str(phase)], tally.get(str(phase), 0))
         yield by_phase
@@ -44,7 +62,7 @@ class _RunsCollector(Collector):
                                 "GPU-seconds metered for a run (status.ledger.gpuSeconds)",
                                 labels=["namespace", "name"])
         for (namespace, name), s in statuses:
-            gpu.add_metric([namespace, name], s.ledger.gpu_seconds)
+            gpu.add_metric([namespace, name], s.gpu_seconds)
         yield gpu
         gpu_left = GaugeMetricFamily(
             "grpo_run_budget_remaining_gpu_seconds", "GPU-seconds left of a run's "
@@ -55,11 +73,10 @@ class _RunsCollector(Collector):
             "budget.maxGeneratedTokens (negative when overspent; runs without that limit have "
             "none)", labels=["namespace", "name"])
         for (namespace, name), s in statuses:
-            left = s.ledger.budget_remaining
-            if left is not None and left.gpu_hours is not None:
-                gpu_left.add_metric([namespace, name], left.gpu_hours * 3600)
-            if left is not None and left.generated_tokens is not None:
-                tokens_left.add_metric([namespace, name], left.generated_tokens)
+            if s.gpu_seconds_left is not None:
+                gpu_left.add_metric([namespace, name], s.gpu_seconds_left)
+            if s.tokens_left is not None:
+                tokens_left.add_metric([namespace, name], s.tokens_left)
         yield gpu_left
         yield tokens_left
 
@@ -68,7 +85,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self._lock = threading.Lock()
-        self._runs: dict[Key, GRPORunStatus] = {}
+        self._runs: dict[Key, _Figures] = {}
         self.registry.register(_RunsCollector(self._lock, self._runs))
         self.reconcile_errors = Counter(
             "grpo_reconcile_errors_total", "Reconcile passes that raised",
@@ -94,8 +111,9 @@ class Metrics:
     def record(self, key: Key, old: GRPORunStatus, new: GRPORunStatus,
                created: datetime.datetime | None) -> None:
         """Account one recorded status change of a run."""
+        figures = _Figures.of(new)
         with self._lock:
-            self._runs[key] = new
+            self._runs[key] = figures
         if new.recovery.restarts > old.recovery.restarts:
             self.restarts.inc(new.recovery.restarts - old.recovery.restarts)
         if created is None:

@@ -105,7 +105,9 @@ class Policy:
 
 
 class Action(StrEnum):
-    ENSURE_RUN_CHILDREN = "EnsureRunChildren"  # identity, auth Secret, ConfigMaps, RayCluster
+    # The identity, the Ray auth Secret, the run config, the NetworkPolicy, the RayCluster.
+    ENSURE_RUN_CHILDREN = "EnsureRunChildren"
+    # The driver's grant, report key and report ConfigMap, then its Job.
     ENSURE_DRIVER_JOB = "EnsureDriverJob"
     DELETE_RAY_CLUSTER = "DeleteRayCluster"
     DELETE_RUN = "DeleteRun"  # ttlSecondsAfterFinished
@@ -769,7 +771,7 @@ def _decide(o: Observed) -> Decision:
 
     # Running: mirror the trainer's report, and act on the driver's end or a lost cluster.
     if o.report_map_missing:  # made again, or the driver's reports have nowhere to go
-        d.actions.append(Action.ENSURE_RUN_CHILDREN)
+        d.actions.append(Action.ENSURE_DRIVER_JOB)
         d.events.append(Event("Warning", "ChildMissing",
                               "the report ConfigMap was deleted: making it again"))
     report = _read_and_mirror(d, o)

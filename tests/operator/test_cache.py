@@ -39,6 +39,24 @@ def test_only_what_a_pass_reads_is_kept():
     secret = slim("Secret", obj("Secret", "s", data={"token": "c2VjcmV0"}))
     assert "data" not in secret  # a Secret's values never stay in the operator's memory
     assert slim("ConfigMap", obj("ConfigMap", "c", data={"k": "v"}))["data"] == {"k": "v"}
+    # Of a pod's labels, those a pass selects by; of its owners, who controls it; of its
+    # status, what says whether it runs, why not, and how it ended.
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": True,
+             "blockOwnerDeletion": True}
+    kept = slim("Pod", obj("Pod", "p", status={
+        "phase": "Running", "qosClass": "Guaranteed", "podIP": "10.0.0.1",
+        "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": None}],
+        "containerStatuses": [{"name": "ray", "imageID": "x", "state": {"running": {}}}]}))
+    assert kept["status"] == {"phase": "Running", "conditions": [{"type": "Ready",
+                                                                  "status": "True"}],
+                              "containerStatuses": [{"name": "ray", "state": {"running": {}}}]}
+    labelled = obj("Pod", "p")
+    labelled["metadata"]["labels"].update({"job-name": "j", "app": "x"})
+    labelled["metadata"]["ownerReferences"] = [owner]
+    meta = slim("Pod", labelled)["metadata"]
+    assert meta["labels"] == {LABEL_RUN: "r", "job-name": "j"}
+    assert meta["ownerReferences"] == [{"kind": "Job", "name": "j", "uid": "u",
+                                        "controller": True}]
 
 
 def test_objects_are_found_by_name_and_by_run_label():
@@ -55,6 +73,10 @@ def test_objects_are_found_by_name_and_by_run_label():
     assert cache.get("Job", "ns", "a") is None
     # Counted by kind (a replaced copy is one object; a removed one none).
     assert (cache.count("Pod"), cache.count("Job")) == (4, 0)
+    # A read is a copy: what a pass does to it stays in the pass.
+    cache.get("Pod", "ns", "a")["metadata"]["name"] = "changed"
+    assert cache.get("Pod", "ns", "a")["metadata"]["name"] == "a"
+    assert cache.holds("Pod", "ns", "a") and not cache.holds("Pod", "ns", "z")
     cache.remove("Pod", obj("Pod", "b"))
     assert cache.count("Pod") == 3
 

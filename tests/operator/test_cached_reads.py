@@ -112,6 +112,7 @@ def test_a_cluster_made_before_its_pods_were_labelled_has_its_pods_listed(
         deliver(cache, k8s_api, namespace)  # the last pass's own status write, if it made one
         rc = cache.get("RayCluster", namespace, "older")
         del rc["spec"]["headGroupSpec"]["template"]["metadata"]["labels"][LABEL_RUN]
+        cache.put("RayCluster", rc)  # as an older operator made it
         controller.reconcile(namespace, "older")
         assert kube.take_request_count()[1] == 1  # the pods' listing
 
@@ -139,6 +140,7 @@ def test_a_new_leader_reads_the_secrets_another_made_and_creates_nothing(
         deliver(successor.kube.cache, k8s_api, namespace)
         successor.reconcile(namespace, "handed-over")
         requests, reads = successor.kube.take_request_count()
-        assert (requests, reads) == (2, 2), "the Ray token and report key Secrets, read once each"
+        # The report key's Secret is the driver's: made once the cluster is ready.
+        assert (requests, reads) == (1, 1), "the Ray token Secret, read once"
         successor.reconcile(namespace, "handed-over")
         assert successor.kube.take_request_count() == (0, 0)  # remembered now

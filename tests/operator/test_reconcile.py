@@ -420,7 +420,7 @@ def test_a_missing_driver_job_is_created_again_under_the_same_attempt():
 def test_a_report_config_map_deleted_mid_run_is_made_again():
     d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
                        report_map_missing=True))
-    assert Action.ENSURE_RUN_CHILDREN in d.actions and d.status.phase == "Running"
+    assert Action.ENSURE_DRIVER_JOB in d.actions and d.status.phase == "Running"
     assert [e.reason for e in d.events] == ["ChildMissing"]
 
 
