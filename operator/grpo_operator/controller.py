@@ -61,10 +61,12 @@ SETTLE_SECONDS = 1.0
 SCHEMA_CHANGE_SECONDS = 120.0
 # A child's watch event wakes its run this long after it, not at once, as the Job controller
 # batches its pods' events (syncJobBatchPeriod): KubeRay makes a cluster's service and pods
-# and writes its status within a second, and KWOK or a kubelet move a pod through scheduled,
-# running and ready as fast; one pass then reads them all instead of one pass (and status
-# write) each.
+# within a second, and KWOK or a kubelet move a pod through scheduled, running and ready as
+# fast; one pass then reads them all instead of one pass (and status write) each. A
+# RayCluster's own events wake at once: KubeRay writes its status once per reconcile, after
+# the pods it counts changed, and its turning ready is what a waiting run waits for.
 CHILD_EVENT_BATCH_SECONDS = 1.0
+UNBATCHED_KINDS = frozenset({"RayCluster"})
 
 
 def _now() -> datetime.datetime:
@@ -148,12 +150,12 @@ class Controller:
     def child_event(self, kind: str, event_type: str | None, body: dict[str, Any]) -> None:
         """A watch event of a run's child (a RayCluster turning ready, a Job failing, a report
         written; the cache has it already): its run is woken within
-        ``CHILD_EVENT_BATCH_SECONDS``, unless the event is an echo."""
+        ``CHILD_EVENT_BATCH_SECONDS`` (a RayCluster's at once), unless the event is an echo."""
         if event_type == "DELETED":
             self.kube.cache.remove(kind, body)
         elif self.kube.cache.is_echo(kind, body):
             return
-        self._wake_owner(body, CHILD_EVENT_BATCH_SECONDS)
+        self._wake_owner(body, 0.0 if kind in UNBATCHED_KINDS else CHILD_EVENT_BATCH_SECONDS)
 
     def _wake_owner(self, child: dict[str, Any], delay: float = 0.0) -> None:
         meta = child["metadata"]
