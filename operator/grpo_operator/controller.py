@@ -284,7 +284,8 @@ class Controller:
         observed = self._observe(run, meta, spec, status)
         decision = decide(observed)
         version = self._record(run, observed, decision, old_wire, meta["resourceVersion"])
-        self._act(run, spec, decision, made_before=status.children.ray_cluster is not None)
+        self._act(run, spec, decision, made_before=status.children.ray_cluster is not None,
+                  driver_made_before=status.active_since is not None)
         self._unstalled(run, observed, decision, version)
         if version != meta["resourceVersion"] and decision.requeue_after is None:
             # A written status is looked at once more before the run is left until its next
@@ -372,12 +373,15 @@ class Controller:
         return version
 
     def _act(self, run: RunRef, spec: GRPORunSpec, decision: Decision,
-             made_before: bool) -> None:
+             made_before: bool, driver_made_before: bool) -> None:
         """``made_before``: the status read says a pass before this one made the run's
-        children (the acceptance pass records them)."""
+        children (the acceptance pass records them); ``driver_made_before``: the driver's own
+        (the pass that first started a driver records ``activeSince``). Each picks whether a
+        child the cache lacks is read first or created first (``Kube.create_if_absent``)."""
         k, status = self.kube, decision.status
         attempt = status.recovery.attempt
         ensure = partial(k.create_if_absent, expected=made_before)
+        ensure_driver = partial(k.create_if_absent, expected=driver_made_before)
         for action in decision.actions:
             if action == Action.ENSURE_RUN_CHILDREN:
                 config = RunConfig.build(
@@ -401,7 +405,7 @@ class Controller:
             elif action == Action.ENSURE_DRIVER_JOB:
                 # The trainer's grant on its report, the report's key and the report itself
                 # before the Job whose pod mounts them.
-                k.concurrently(*(partial(ensure, obj) for obj in (
+                k.concurrently(*(partial(ensure_driver, obj) for obj in (
                     identity.role(run), identity.role_binding(run),
                     identity.report_key_secret(run, run_report_key(self.signing_key, run.uid)),
                     configmaps.report_config_map(run),

@@ -16,6 +16,7 @@ from grpo_operator.kube import Kube
 from grpo_operator.reconcile import Policy
 from tests.operator.conftest import running_session_operator
 from tests.operator.lifecycle.runs import Runs, manifest
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -41,6 +42,8 @@ def test_a_pass_over_a_cached_run_and_children_reads_nothing(k8s_api, grporun_cr
     running = running_session_operator(request)
     with running.paused() if running else contextlib.nullcontext():
         runs = Runs(k8s_api, namespace)
+        for volume in ("model", "data", "checkpoints"):  # what the Ray pods mount
+            (tmp_path / volume).mkdir()
         runs.create(manifest("cached", str(tmp_path)))
         controller = _controller(k8s_api, tmp_path)
         kube, cache = controller.kube, controller.kube.cache
@@ -61,6 +64,20 @@ def test_a_pass_over_a_cached_run_and_children_reads_nothing(k8s_api, grporun_cr
             deliver(cache, k8s_api, namespace)
         assert requests <= 1  # a status write at most, no create of what is there
         assert first > requests
+
+        # Once the cluster is ready, the pass that starts the driver makes the driver's own
+        # objects (never made before: created, not looked for first) and its Job.
+        def started() -> bool:
+            deliver(cache, k8s_api, namespace)
+            controller.reconcile(namespace, "cached")
+            requests, reads = kube.take_request_count()
+            assert reads == 0, f"{reads} reads in a pass (requests {requests})"
+            return runs.phase("cached") == "Running"
+
+        wait_for(started, 180, what="the driver started", interval=1)
+        children = runs.children("cached")
+        assert children["Job"] == ["cached-a1"] and children["Role"] == ["cached-trainer"]
+        assert "cached-report-key" in children["Secret"]
 
 
 def test_a_sweep_drops_a_child_deleted_unseen_and_wakes_its_run(k8s_api, grporun_crd,
