@@ -142,16 +142,12 @@ def _key(kind: str, obj: dict[str, Any]) -> Key:
     return kind, meta.get("namespace") or "", meta["name"]
 
 
-def _uid(obj: dict[str, Any] | _Stored | None) -> str | None:
-    if isinstance(obj, _Stored):
-        return obj.uid
-    return (obj or {}).get("metadata", {}).get("uid")
+def _uid(obj: dict[str, Any]) -> str | None:
+    return obj.get("metadata", {}).get("uid")
 
 
-def _version(obj: dict[str, Any] | _Stored | None) -> str | None:
-    if isinstance(obj, _Stored):
-        return obj.version
-    return (obj or {}).get("metadata", {}).get("resourceVersion")
+def _version(obj: dict[str, Any]) -> str | None:
+    return obj.get("metadata", {}).get("resourceVersion")
 
 
 class _Stored(NamedTuple):
@@ -209,7 +205,7 @@ class ObjectCache:
         key = _key(kind, obj)
         with self._lock:
             current = self._objects.get(key)
-            if current is not None and _uid(current) == _uid(obj):
+            if current is not None and current.uid == _uid(obj):
                 self._store(key, None)
                 self._own.pop(key, None)
             self._behind.pop(key, None)
@@ -223,7 +219,8 @@ class ObjectCache:
         key = _key(kind, stored)
         with self._lock:
             self._own[key] = _version(stored)
-            if _uid(self._objects.get(key)) != _uid(stored):
+            current = self._objects.get(key)
+            if current is None or current.uid != _uid(stored):
                 self._store(key, stored)
 
     def patched(self, kind: str, obj: Any) -> None:
@@ -248,7 +245,8 @@ class ObjectCache:
         stored = slim(kind, obj)
         key = _key(kind, stored)
         with self._lock:
-            if _version(self._objects.get(key)) == _version(stored):
+            current = self._objects.get(key)
+            if current is not None and current.version == _version(stored):
                 self._store(key, stored)
                 self._behind.pop(key, None)
 

@@ -146,8 +146,8 @@ class Observed:
     kueue_workload: dict[str, Any] | None = None
     """Kueue's Workload of the RayCluster, read while Kueue holds it (None: not read, none)."""
     metering_runs: int = 0
-    """Runs the operator meters now (those with a RayCluster): their metering writes share
-    ``Policy.meter_writes_per_second``."""
+    """Runs the operator may meter now, counted as its RayClusters (a CPU run's too: the bound
+    errs toward fewer writes): their metering writes share ``Policy.meter_writes_per_second``."""
     policy: Policy = field(default_factory=Policy)
 
 

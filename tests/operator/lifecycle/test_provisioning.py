@@ -20,7 +20,8 @@ EXPECTED_CHILDREN = {
     "Secret": ["stuck-ray-auth"],
     "RayCluster": ["stuck"],
 }
-DRIVER_CHILDREN = {
+# Once the driver started: the driver's own objects beside the run's (their name suffixes).
+STARTED_CHILDREN = {
     "ConfigMap": ["report", "run-config"],
     "Secret": ["ray-auth", "report-key"],
     "Role": ["trainer"],
@@ -79,7 +80,7 @@ def test_the_run_identity_reaches_only_its_report(cluster, runs, tmp_path):
     for name in ("mine", "theirs"):
         runs.create(manifest(name, str(tmp_path)))
     for name in ("mine", "theirs"):
-        wanted = {kind: [f"{name}-{n}" for n in names] for kind, names in DRIVER_CHILDREN.items()}
+        wanted = {kind: [f"{name}-{n}" for n in names] for kind, names in STARTED_CHILDREN.items()}
         wait_for(lambda n=name, w=wanted: {k: runs.children(n).get(k) for k in w} == w, 180,
                  what=f"{name}'s driver children")
     token = runs.core.create_namespaced_service_account_token(
