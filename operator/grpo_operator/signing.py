@@ -21,7 +21,7 @@ import hmac
 import logging
 import secrets
 
-from kubernetes import client
+from kubernetes import dynamic
 from kubernetes.client.rest import ApiException
 
 from grpo_operator.kube import REQUEST_TIMEOUT
@@ -48,31 +48,33 @@ def run_ray_token(signing_key: bytes, run_uid: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def load_or_create_signing_key(core: client.CoreV1Api, namespace: str, name: str) -> bytes:
+def load_or_create_signing_key(secret_api: dynamic.Resource, namespace: str, name: str) -> bytes:
     """The signing key from Secret ``namespace/name``, made first if there is none."""
     try:
-        return _read(core, namespace, name)
+        return _read(secret_api, namespace, name)
     except ApiException as e:
         if e.status != 404:
             raise
-    body = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=name, namespace=namespace,
-                                     labels={"app.kubernetes.io/name": "grpo-operator"}),
-        type="Opaque",
-        data={SIGNING_SECRET_KEY: base64.b64encode(secrets.token_bytes(_KEY_BYTES)).decode()},
-    )
+    body = {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/name": "grpo-operator"}},
+        "data": {SIGNING_SECRET_KEY: base64.b64encode(secrets.token_bytes(_KEY_BYTES))
+                 .decode()},
+    }
     try:
-        core.create_namespaced_secret(namespace, body, _request_timeout=REQUEST_TIMEOUT)
+        secret_api.create(body=body, namespace=namespace, _request_timeout=REQUEST_TIMEOUT)
         log.info("created the report signing key in Secret %s/%s", namespace, name)
     except ApiException as e:
         if e.status != 409:  # another replica made it first: use that one
             raise
-    return _read(core, namespace, name)
+    return _read(secret_api, namespace, name)
 
 
-def _read(core: client.CoreV1Api, namespace: str, name: str) -> bytes:
-    secret = core.read_namespaced_secret(name, namespace, _request_timeout=REQUEST_TIMEOUT)
-    encoded = (secret.data or {}).get(SIGNING_SECRET_KEY)
+def _read(secret_api: dynamic.Resource, namespace: str, name: str) -> bytes:
+    secret = secret_api.get(name=name, namespace=namespace,
+                         _request_timeout=REQUEST_TIMEOUT).to_dict()
+    encoded = (secret.get("data") or {}).get(SIGNING_SECRET_KEY)
     key = base64.b64decode(encoded) if encoded else b""
     if len(key) < _KEY_BYTES:
         raise ValueError(f"Secret {namespace}/{name} has no {SIGNING_SECRET_KEY} of at least "

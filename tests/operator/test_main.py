@@ -1,5 +1,6 @@
 """Watch events reach the cache and wake the right run (a real cache and work queue; no
-request is made); a new schema makes runs read from the API server."""
+request is made); a new schema makes runs read from the API server; startup waits until
+every child's kind is served (against the real API server)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import asyncio
 import time
 
 import kopf
+import pytest
 from kubernetes import client
 
 from grpo_operator import main
 from grpo_operator.api.constants import CRD_NAME, KIND, LABEL_RUN
-from grpo_operator.cache import ObjectCache
+from grpo_operator.cache import CHILD_KINDS, CachedKind, ObjectCache
 from grpo_operator.controller import CHILD_EVENT_BATCH_SECONDS, Controller
 from grpo_operator.kube import Kube
 
@@ -106,3 +108,27 @@ def test_a_new_generation_of_the_crd_makes_passes_read_their_runs_from_the_api_s
         assert c.kube.cache.is_behind(KIND, "team-a", "r")
     finally:
         c.stop()
+
+
+@pytest.mark.cluster
+def test_the_operator_waits_at_startup_for_every_childs_kind_to_be_served(
+    cluster, k8s_api, monkeypatch
+):
+    """kopf watches only the kinds served when startup returns (its CRD watch sees this CRD
+    alone), so a missing one stops startup with its name, before anything starts."""
+    unserved = CachedKind("widgets.example.com", "v1", "widgets", "Widget", {})
+    assert Kube(k8s_api, ObjectCache()).unserved((*CHILD_KINDS, unserved)) == [
+        "Widget (widgets.example.com/v1)"]
+
+    from kubernetes.config import kube_config
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(cluster.kubeconfig))
+    monkeypatch.setattr(main, "CHILD_KINDS", (*CHILD_KINDS, unserved))
+    memo, default = kopf.Memo(), client.Configuration.get_default_copy()
+    try:
+        with pytest.raises(kopf.TemporaryError, match=r"does not serve Widget "
+                           r"\(widgets.example.com/v1\): install KubeRay") as refused:
+            main.startup(settings=kopf.OperatorSettings(), memo=memo)
+    finally:  # startup loads the kubeconfig as the client's default
+        client.Configuration.set_default(default)
+    assert refused.value.delay == main.UNSERVED_RETRY_SECONDS
+    assert "controller" not in memo
