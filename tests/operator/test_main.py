@@ -112,10 +112,11 @@ def test_a_new_generation_of_the_crd_makes_passes_read_their_runs_from_the_api_s
 
 @pytest.mark.cluster
 def test_the_operator_waits_at_startup_for_every_childs_kind_to_be_served(
-    cluster, k8s_api, monkeypatch
+    cluster, k8s_api, grporun_crd, monkeypatch
 ):
     """kopf watches only the kinds served when startup returns (its CRD watch sees this CRD
-    alone), so a missing one stops startup with its name, before anything starts."""
+    alone, checked here against the API server), so a missing one stops startup with its
+    name, before anything starts."""
     unserved = CachedKind("widgets.example.com", "v1", "widgets", "Widget", {})
     assert Kube(k8s_api, ObjectCache()).unserved((*CHILD_KINDS, unserved)) == [
         "Widget (widgets.example.com/v1)"]
@@ -123,12 +124,22 @@ def test_the_operator_waits_at_startup_for_every_childs_kind_to_be_served(
     from kubernetes.config import kube_config
     monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(cluster.kubeconfig))
     monkeypatch.setattr(main, "CHILD_KINDS", (*CHILD_KINDS, unserved))
-    memo, default = kopf.Memo(), client.Configuration.get_default_copy()
+    memo, settings = kopf.Memo(), kopf.OperatorSettings()
+    default = client.Configuration.get_default_copy()
     try:
         with pytest.raises(kopf.TemporaryError, match=r"does not serve Widget "
                            r"\(widgets.example.com/v1\): install KubeRay") as refused:
-            main.startup(settings=kopf.OperatorSettings(), memo=memo)
+            main.startup(settings=settings, memo=memo)
     finally:  # startup loads the kubeconfig as the client's default
         client.Configuration.set_default(default)
     assert refused.value.delay == main.UNSERVED_RETRY_SECONDS
     assert "controller" not in memo
+
+    # The selector kopf's CRD watch sends (as kopf collects it), answered by the API server:
+    # this CRD alone, not KubeRay's.
+    from kopf._cogs.structs.references import Resource
+    crds = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    selector = ",".join(settings.watching.field_selectors.collect(crds))
+    listed = client.ApiextensionsV1Api(k8s_api).list_custom_resource_definition(
+        field_selector=selector)
+    assert [crd.metadata.name for crd in listed.items] == [CRD_NAME]
