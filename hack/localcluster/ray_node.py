@@ -190,8 +190,9 @@ class RayNode:
         ]
         env = {"RAY_JOB_STOP_WAIT_TIME_S": str(job_stop_wait_s), **(env or {})}
         node = cls._launch(ip, f"{ip}:{gcs}", head_flags, node_ports, dashboard_port,
-                           env=env, resources=resources or NodeResources(), root=root,
-                           token=token, mounts=mounts, sandbox=sandbox)
+                           head_ports={gcs, client_server}, env=env,
+                           resources=resources or NodeResources(), root=root, token=token,
+                           mounts=mounts, sandbox=sandbox)
         if wait:
             node.wait_ready(timeout)
         return node
@@ -218,7 +219,7 @@ class RayNode:
 
     @classmethod
     def _launch(cls, ip, gcs_address, role_flags, ports, dashboard_port, *, env, resources,
-                root, token, mounts, sandbox) -> RayNode:
+                root, token, mounts, sandbox, head_ports=frozenset()) -> RayNode:
         root = Path(root) if root else Path(tempfile.mkdtemp(prefix="rn-", dir="/tmp"))
         root.mkdir(parents=True, exist_ok=True)
         # Paths as the node sees them: in a sandbox, its own /tmp is <root>/tmp here.
@@ -233,7 +234,9 @@ class RayNode:
         token_file.chmod(0o600)
         agent_listen, agent_grpc, runtime_env_agent, metrics, node_manager, object_manager, \
             *_ = ports
-        worker_low = _free_block(ip, _WORKER_PORTS, exclude=set(ports) | {dashboard_port})
+        # Ray refuses to start when its worker range holds any port of its own components.
+        worker_low = _free_block(ip, _WORKER_PORTS,
+                                 exclude={*ports, *head_ports, dashboard_port})
         node_env = {
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN_PATH": inner_token,

@@ -404,12 +404,15 @@ class Controller:
                 ensure(ray_cluster(spec, run))
             elif action == Action.ENSURE_DRIVER_JOB:
                 # The trainer's grant on its report, the report's key and the report itself
-                # before the Job whose pod mounts them.
+                # before the Job whose pod mounts them. The binding after its Role: without
+                # the `bind` verb the operator may bind only what it holds itself, which the
+                # API server checks by reading the Role (404 while it is not there yet).
                 k.concurrently(*(partial(ensure_driver, obj) for obj in (
-                    identity.role(run), identity.role_binding(run),
+                    identity.role(run),
                     identity.report_key_secret(run, run_report_key(self.signing_key, run.uid)),
                     configmaps.report_config_map(run),
                 )))
+                ensure_driver(identity.role_binding(run))
                 k.create_if_absent(driver_job(spec, run, attempt))
             elif action == Action.DELETE_RAY_CLUSTER:
                 # Foreground: the RayCluster stays (Deleting) until its pods are gone. The next

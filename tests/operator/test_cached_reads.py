@@ -14,7 +14,7 @@ from grpo_operator.cache import CHILD_KINDS, RUN_KIND, ObjectCache
 from grpo_operator.controller import Controller
 from grpo_operator.kube import Kube
 from grpo_operator.reconcile import Policy
-from tests.operator.conftest import running_session_operator
+from tests.operator.conftest import ChartIdentity, running_session_operator
 from tests.operator.lifecycle.runs import Runs, manifest
 from tests.waiting import wait_for
 
@@ -32,12 +32,15 @@ def deliver(cache: ObjectCache, api, namespace: str) -> None:
             cache.put(kind.kind, item.to_dict())
 
 
-def _controller(k8s_api, tmp_path) -> Controller:
+def _controller(identity: ChartIdentity, tmp_path) -> Controller:
+    """A controller acting as the chart's ServiceAccount, never as the admin: the API server
+    refuses it what it refuses a production operator (binding a Role not yet there, say)."""
     policy = Policy(confinement=Confinement(host_path_prefixes=(str(tmp_path),)))
-    return Controller(Kube(k8s_api, ObjectCache()), policy=policy, signing_key=b"k" * 32)
+    return Controller(Kube(identity.api_client(), ObjectCache()), policy=policy,
+                      signing_key=b"k" * 32)
 
 
-def test_a_pass_over_a_cached_run_and_children_reads_nothing(k8s_api, grporun_crd, namespace,
+def test_a_pass_over_a_cached_run_and_children_reads_nothing(k8s_api, chart_identity, namespace,
                                                               tmp_path, request):
     running = running_session_operator(request)
     with running.paused() if running else contextlib.nullcontext():
@@ -45,7 +48,7 @@ def test_a_pass_over_a_cached_run_and_children_reads_nothing(k8s_api, grporun_cr
         for volume in ("model", "data", "checkpoints"):  # what the Ray pods mount
             (tmp_path / volume).mkdir()
         runs.create(manifest("cached", str(tmp_path)))
-        controller = _controller(k8s_api, tmp_path)
+        controller = _controller(chart_identity, tmp_path)
         kube, cache = controller.kube, controller.kube.cache
 
         deliver(cache, k8s_api, namespace)
@@ -80,14 +83,14 @@ def test_a_pass_over_a_cached_run_and_children_reads_nothing(k8s_api, grporun_cr
         assert "cached-report-key" in children["Secret"]
 
 
-def test_a_sweep_drops_a_child_deleted_unseen_and_wakes_its_run(k8s_api, grporun_crd,
+def test_a_sweep_drops_a_child_deleted_unseen_and_wakes_its_run(k8s_api, chart_identity,
                                                                 namespace, tmp_path, request):
     running = running_session_operator(request)
     with running.paused() if running else contextlib.nullcontext():
         runs = Runs(k8s_api, namespace)
         # Workers that fit no node: the run stays Provisioning, its children ensured each pass.
         runs.create(manifest("unseen", str(tmp_path), resources__gpusPerWorker=16))
-        controller = _controller(k8s_api, tmp_path)
+        controller = _controller(chart_identity, tmp_path)
         cache = controller.kube.cache
         deliver(cache, k8s_api, namespace)
         controller.reconcile(namespace, "unseen")
@@ -108,14 +111,14 @@ def test_a_sweep_drops_a_child_deleted_unseen_and_wakes_its_run(k8s_api, grporun
 
 
 def test_a_cluster_made_before_its_pods_were_labelled_has_its_pods_listed(
-        k8s_api, grporun_crd, namespace, tmp_path, request):
+        k8s_api, chart_identity, namespace, tmp_path, request):
     """An operator upgraded under a running run: that run's Ray pods lack the run's label, so
     they are not in the cache; the pass lists them from the API server."""
     running = running_session_operator(request)
     with running.paused() if running else contextlib.nullcontext():
         runs = Runs(k8s_api, namespace)
         runs.create(manifest("older", str(tmp_path), resources__gpusPerWorker=16))
-        controller = _controller(k8s_api, tmp_path)
+        controller = _controller(chart_identity, tmp_path)
         kube, cache = controller.kube, controller.kube.cache
         deliver(cache, k8s_api, namespace)
         controller.reconcile(namespace, "older")
@@ -135,7 +138,7 @@ def test_a_cluster_made_before_its_pods_were_labelled_has_its_pods_listed(
 
 
 def test_a_new_leader_reads_the_secrets_another_made_and_creates_nothing(
-        k8s_api, grporun_crd, namespace, tmp_path, request):
+        k8s_api, chart_identity, namespace, tmp_path, request):
     """A stand-by taking over (or a restarted operator) has every watched child in its cache
     but none of the Secrets, which are never watched: it reads each once, as the run's status
     says they were made, instead of a refused create and then a read."""
@@ -144,7 +147,7 @@ def test_a_new_leader_reads_the_secrets_another_made_and_creates_nothing(
         runs = Runs(k8s_api, namespace)
         # Workers that fit no node: the run stays Provisioning, its children ensured each pass.
         runs.create(manifest("handed-over", str(tmp_path), resources__gpusPerWorker=16))
-        leader = _controller(k8s_api, tmp_path)
+        leader = _controller(chart_identity, tmp_path)
         for _ in range(5):  # until a pass over what it made has nothing to write
             deliver(leader.kube.cache, k8s_api, namespace)
             leader.reconcile(namespace, "handed-over")
@@ -153,7 +156,7 @@ def test_a_new_leader_reads_the_secrets_another_made_and_creates_nothing(
         else:
             pytest.fail("every pass wrote something")
 
-        successor = _controller(k8s_api, tmp_path)
+        successor = _controller(chart_identity, tmp_path)
         deliver(successor.kube.cache, k8s_api, namespace)
         successor.reconcile(namespace, "handed-over")
         requests, reads = successor.kube.take_request_count()
