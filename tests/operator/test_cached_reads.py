@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from kubernetes import dynamic
+from kubernetes import client, dynamic
 
 from grpo_operator.acceptance import Confinement
 from grpo_operator.api.constants import KIND, LABEL_RUN
@@ -137,6 +137,12 @@ def test_a_cluster_made_before_its_pods_were_labelled_has_its_pods_listed(
         assert kube.take_request_count()[1] == 1  # the pods' listing
 
 
+def _unschedulable_pod(k8s_api, namespace: str) -> bool:
+    pods = client.CoreV1Api(k8s_api).list_namespaced_pod(namespace).items
+    return any(c.type == "PodScheduled" and c.status == "False"
+               for pod in pods for c in pod.status.conditions or ())
+
+
 def test_a_new_leader_reads_the_secrets_another_made_and_creates_nothing(
         k8s_api, chart_identity, namespace, tmp_path, request):
     """A stand-by taking over (or a restarted operator) has every watched child in its cache
@@ -148,6 +154,11 @@ def test_a_new_leader_reads_the_secrets_another_made_and_creates_nothing(
         # Workers that fit no node: the run stays Provisioning, its children ensured each pass.
         runs.create(manifest("handed-over", str(tmp_path), resources__gpusPerWorker=16))
         leader = _controller(chart_identity, tmp_path)
+        leader.reconcile(namespace, "handed-over")  # makes the RayCluster
+        # The scheduler's verdict on the worker changes the run's status: let the leader see it,
+        # or the successor's pass would write it (a write the hand-over did not cause).
+        wait_for(lambda: _unschedulable_pod(k8s_api, namespace), timeout=120,
+                 what="the scheduler's verdict on the worker pod")
         for _ in range(5):  # until a pass over what it made has nothing to write
             deliver(leader.kube.cache, k8s_api, namespace)
             leader.reconcile(namespace, "handed-over")
