@@ -176,7 +176,7 @@ class RayNode:
         ``sandbox`` adds its own hostname, /etc/hosts, /dev/shm and /tmp.
         ``dashboard_port`` insists on that Jobs API port instead of falling back to a free one.
         """
-        ports = _reserve_ports(ip, 9)
+        ports, worker_low = _reserve_ports(ip, 9, taken={dashboard_port} - {None})
         if dashboard_port is None:
             dashboard_port = DASHBOARD_PORT if port_free(ip, DASHBOARD_PORT) else ports.pop()
         gcs, client_server, *node_ports = ports
@@ -190,9 +190,8 @@ class RayNode:
         ]
         env = {"RAY_JOB_STOP_WAIT_TIME_S": str(job_stop_wait_s), **(env or {})}
         node = cls._launch(ip, f"{ip}:{gcs}", head_flags, node_ports, dashboard_port,
-                           head_ports={gcs, client_server}, env=env,
-                           resources=resources or NodeResources(), root=root, token=token,
-                           mounts=mounts, sandbox=sandbox)
+                           worker_low, env=env, resources=resources or NodeResources(),
+                           root=root, token=token, mounts=mounts, sandbox=sandbox)
         if wait:
             node.wait_ready(timeout)
         return node
@@ -212,14 +211,14 @@ class RayNode:
     ) -> RayNode:
         """Start a worker that joins the cluster whose GCS is ``gcs_address`` (it does not
         wait: ``ready()`` says when the node has joined)."""
-        ports = _reserve_ports(ip, 7)
-        return cls._launch(ip, gcs_address, [f"--address={gcs_address}"], ports, None,
+        ports, worker_low = _reserve_ports(ip, 7)
+        return cls._launch(ip, gcs_address, [f"--address={gcs_address}"], ports, None, worker_low,
                            env=env or {}, resources=resources or NodeResources(), root=root,
                            token=token, mounts=mounts, sandbox=sandbox)
 
     @classmethod
-    def _launch(cls, ip, gcs_address, role_flags, ports, dashboard_port, *, env, resources,
-                root, token, mounts, sandbox, head_ports=frozenset()) -> RayNode:
+    def _launch(cls, ip, gcs_address, role_flags, ports, dashboard_port, worker_low, *, env,
+                resources, root, token, mounts, sandbox) -> RayNode:
         root = Path(root) if root else Path(tempfile.mkdtemp(prefix="rn-", dir="/tmp"))
         root.mkdir(parents=True, exist_ok=True)
         # Paths as the node sees them: in a sandbox, its own /tmp is <root>/tmp here.
@@ -234,9 +233,6 @@ class RayNode:
         token_file.chmod(0o600)
         agent_listen, agent_grpc, runtime_env_agent, metrics, node_manager, object_manager, \
             *_ = ports
-        # Ray refuses to start when its worker range holds any port of its own components.
-        worker_low = _free_block(ip, _WORKER_PORTS,
-                                 exclude={*ports, *head_ports, dashboard_port})
         node_env = {
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN_PATH": inner_token,
@@ -403,15 +399,18 @@ def port_free(ip: str, port: int) -> bool:
     return True
 
 
-def _reserve_ports(ip: str, count: int) -> list[int]:
+def _reserve_ports(ip: str, count: int, taken: set[int] = frozenset()) -> tuple[list[int], int]:
+    """``count`` free ports for a node's components and the lowest of ``_WORKER_PORTS`` free
+    consecutive ports, none of them in ``taken`` or among the others (Ray refuses to start when
+    its worker range holds a port of its own components)."""
     chosen: list[int] = []
     low, high = _PORT_RANGE
     for _ in range(count * 50):
         port = random.randrange(low, high)
-        if port not in chosen and port_free(ip, port):
+        if port not in chosen and port not in taken and port_free(ip, port):
             chosen.append(port)
             if len(chosen) == count:
-                return chosen
+                return chosen, _free_block(ip, _WORKER_PORTS, exclude={*chosen, *taken})
     raise StartupError(f"could not find {count} free ports in {_PORT_RANGE} on {ip}")
 
 
