@@ -12,6 +12,7 @@ from kubernetes import client
 
 from grpo_operator.api.constants import GROUP, PLURAL, VERSION
 from grpo_trainer import toy
+from tests.waiting import wait_for
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "tiny-cpu.yaml"
 
@@ -161,3 +162,14 @@ class Runs:
         evs = self.core.list_namespaced_event(
             self.namespace, field_selector=f"involvedObject.name={name}")
         return [(e.type, e.reason, e.message) for e in evs.items]
+
+    def posted(self, name: str, match: Callable[[tuple[str, str, str]], bool], what: str,
+               timeout: float = 30) -> list[tuple[str, str, str]]:
+        """The run's Events ``match`` accepts, once there is one. The operator posts a pass's
+        Events off the pass, after the status it wrote: a test that has seen the status may
+        look before they are there."""
+        try:
+            return wait_for(lambda: [e for e in self.events(name) if match(e)], timeout,
+                            what=what)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; the run's Events: {self.events(name)}") from None

@@ -28,7 +28,7 @@ def test_an_image_newer_than_the_operator_is_refused_without_a_restart(cluster, 
     assert f"speaks contract {newer}, this operator {CONTRACT_VERSION}" in failed["message"]
     assert status["recovery"]["restarts"] == 0 and status["recovery"]["attempt"] == 1
     assert status["ledger"].get("completedSteps", 0) == 0  # nothing of its reports was taken
-    warnings = [reason for kind, reason, _ in runs.events(name) if kind == "Warning"]
-    assert "IncompatibleTrainer" in warnings, warnings
+    runs.posted(name, lambda e: e[:2] == ("Warning", "IncompatibleTrainer"),
+                what="the IncompatibleTrainer Warning")
     wait_for(lambda: "RayCluster" not in runs.children(name)
              and not runs.children(name).get("Job"), 60, what="the driver and cluster gone")

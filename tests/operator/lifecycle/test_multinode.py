@@ -220,6 +220,5 @@ def test_a_sync_that_leaves_out_a_parameter_fails_the_run_and_says_which(
     assert (status["phase"], terminal["reason"]) == ("Failed", "WeightSyncIncomplete"), status
     assert dropped in terminal["message"]
     assert status["recovery"]["restarts"] == 0  # not retried: a retry would fail the same way
-    warnings = [(reason, message) for kind, reason, message in runs.events(name)
-                if kind == "Warning"]
-    assert any(dropped in message for _, message in warnings), warnings
+    runs.posted(name, lambda e: e[0] == "Warning" and dropped in e[2],
+                what=f"a Warning naming {dropped}")

@@ -68,7 +68,7 @@ def test_a_lost_driver_resumes_on_the_warm_cluster_and_a_lost_cluster_is_replace
     assert reasons[2] in ("ClusterUnhealthy", *lost_driver)
     assert recovery["resumedFromStep"] >= 1
     assert {f"{name}-a1", f"{name}-a3"} <= set(runs.children(name).get("Job", []))
-    assert any(r == "ClusterUnhealthy" for _, r, _ in runs.events(name))
+    runs.posted(name, lambda e: e[1] == "ClusterUnhealthy", what="the ClusterUnhealthy Event")
     assert status["terminal"]["outcome"] == "Succeeded"
 
 

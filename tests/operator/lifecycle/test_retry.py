@@ -40,7 +40,7 @@ def test_restarts_exhausted_then_retried_once_per_id(runs, tmp_path):
     assert [(h["attempt"], h["reason"]) for h in status["recovery"]["history"]][1] == (
         2, "Retry")
     assert status["recovery"]["restarts"] == 0
-    assert [e for e in runs.events(name) if e[1] == "Retry"]
+    runs.posted(name, lambda e: e[1] == "Retry", what="the Retry Event")
 
     # Re-applying the same id (as a GitOps sync would) is not another retry.
     runs.patch(name, {"metadata": {"annotations": {"grpo.dev/retry": "op-1",

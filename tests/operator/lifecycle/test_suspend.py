@@ -36,7 +36,7 @@ def test_suspend_resume_then_cancel(runs, tmp_path):
     # The trainer's last word was the checkpoint it wrote on SIGTERM.
     assert checkpoint == status["ledger"]["completedSteps"]
     assert "stopping" not in status
-    assert [e for e in runs.events(name) if e[1] == "Stopping"]
+    runs.posted(name, lambda e: e[1] == "Stopping", what="the Stopping Event")
 
     runs.patch(name, {"spec": {"runPolicy": {"suspend": False}}})
     wait_for(lambda: runs.in_attempt(name, 2, "Running"), 180,
