@@ -70,6 +70,9 @@ def test_durations_count_from_creation_and_skip_what_was_not_reached():
              "c": bench.Times(cluster_created=5)}
     assert sorted(bench.durations(times, "cluster_created")) == [1, 4]
     assert bench.durations(times, "seen_ready") == [3]
+    # The whole batch: from the first creation to the last milestone, once every run has it.
+    assert bench.all_reached(times, "cluster_created") == 14
+    assert bench.all_reached(times, "seen_ready") is None
 
 
 def _arm(kind, runs, ready_after, requests, rss, reads=None, cpu=None):
@@ -91,9 +94,9 @@ def test_the_section_tabulates_both_arms_and_their_ratios():
     text = bench.section(arms)
     rows = [line for line in text.splitlines() if line.startswith("| 4 ")]
     assert rows == [
-        "| 4 | grpo-operator | 4/4 | 1.5 / 1.5 | 3.0 / 3.0 | 3.0 / 3.0 | 10.0 | 0.5 | 5.0 | 100 "
-        "| 50 | 12 | 20 | 3 | 5 | 30 | 1.5 |",
-        "| 4 | KubeRay RayJob | 4/4 | 1.0 / 1.0 | 2.0 / 2.0 | 2.0 / 2.0 | – | – | 7.5 | – "
+        "| 4 | grpo-operator | 4/4 | 1.5 / 1.5 | 3.0 / 3.0 | 3.0 / 3.0 | 3.0 | 10.0 | 0.5 | 5.0 "
+        "| 100 | 50 | 12 | 20 | 3 | 5 | 30 | 1.5 |",
+        "| 4 | KubeRay RayJob | 4/4 | 1.0 / 1.0 | 2.0 / 2.0 | 2.0 / 2.0 | 2.0 | – | – | 7.5 | – "
         "| 60 | – | 10 | 2 | 6 | 30 | 1.5 |",
     ]
     assert ("- N=4, GRPORun ÷ RayJob: ready seen by the controller p50 1.50×, p95 1.50×; "
