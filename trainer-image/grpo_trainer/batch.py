@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -34,6 +35,22 @@ from grpo_trainer.advantages import compute_advantages
 from grpo_trainer.algorithm_settings import AlgorithmSettings
 
 Batch = dict[str, Tensor]
+WireBatch = dict[str, np.ndarray]
+
+
+def to_wire(batch: Batch) -> WireBatch:
+    """``batch`` as numpy arrays, for a Ray call to a learner rank: Ray hands numpy arrays over
+    through its object store without pickling them, while a torch tensor is pickled. Measured
+    here (one actor call, 2 cores): a step's batch of the toy model (64 x 41 tokens) 6.4 ms as
+    tensors and 3.0 as arrays (an empty call 1.9); 256 x 2,048 tokens 51 ms and 15. The batch's
+    tensors are on the CPU and of numpy's dtypes (ids, masks, fp32 figures)."""
+    return {name: tensor.numpy() for name, tensor in batch.items()}
+
+
+def from_wire(wire: WireBatch) -> Batch:
+    """The tensors back, each in memory of its own: an array Ray hands over may be a read-only
+    view of its object store."""
+    return {name: torch.from_numpy(np.array(array)) for name, array in wire.items()}
 
 
 @dataclass(frozen=True)

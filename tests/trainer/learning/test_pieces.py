@@ -7,7 +7,7 @@ import torch
 
 from grpo_trainer import toy
 from grpo_trainer.algorithm_settings import AlgorithmSettings
-from grpo_trainer.batch import Completion, build_batch, shard_batch
+from grpo_trainer.batch import Completion, build_batch, from_wire, shard_batch, to_wire
 from grpo_trainer.data import PLAIN_ASSISTANT_PREFIX, DatasetError, load_prompts, render_prompt
 from grpo_trainer.placement import plan_placement
 from grpo_trainer.rewards.char_fraction import CharFractionReward
@@ -79,6 +79,22 @@ def test_batch_layout_and_world_size_invariant_shards():
     assert [s["input_ids"].tolist() for s in shard_batch(rows, 1, 4)] == [list(range(8))]
     with pytest.raises(ValueError, match="multiple"):
         shard_batch(rows, 3, 4)
+
+
+def test_a_batch_crosses_to_a_rank_as_arrays_and_comes_back_whole_in_its_own_memory():
+    prompts = [[1, 2, 3], [4]]
+    groups = [[_completion([5, 6]), _completion([7])], [_completion([8, 9, 10]), _completion([])]]
+    batch = build_batch(prompts, groups, [1.0, 0.0, 0.5, 0.5], 0, AlgorithmSettings())
+    expected = {name: tensor.clone() for name, tensor in batch.items()}
+    wire = to_wire(batch)
+    for array in wire.values():
+        array.setflags(write=False)  # as Ray may hand over a view of its object store
+    back = from_wire(wire)
+    assert back.keys() == expected.keys()
+    for name, tensor in back.items():
+        assert tensor.dtype == expected[name].dtype and torch.equal(tensor, expected[name]), name
+        tensor.add_(1)  # the learner's tensors are its own: the object store's view is untouched
+        assert torch.equal(torch.from_numpy(wire[name].copy()), expected[name]), name
 
 
 def test_placement_plans():

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from grpo_operator.api.checkpoint_layout import MODEL_SUBDIR
 from grpo_trainer.algorithm_settings import AlgorithmSettings
+from grpo_trainer.batch import WireBatch, from_wire
 from grpo_trainer.cores import pod_cores
 from grpo_trainer.learner.forward import batched_logprobs
 from grpo_trainer.learner.model import COMPUTE_DTYPES, load_model
@@ -122,10 +123,10 @@ class LearnerRank:
             lr=s.learning_rate, betas=s.betas, weight_decay=s.weight_decay,
         )
 
-    def _on_device(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        return {k: v.to(self.device) for k, v in batch.items()}
+    def _on_device(self, wire: WireBatch) -> dict[str, Tensor]:
+        return {k: v.to(self.device) for k, v in from_wire(wire).items()}
 
-    def update(self, shard: dict[str, Tensor], plan: UpdatePlan) -> dict[str, float]:
+    def update(self, shard: WireBatch, plan: UpdatePlan) -> dict[str, float]:
         """Old-policy (and reference) logprobs, then the epochs of updates on ``shard``; the
         metrics carry each pass's seconds (``time_old_logprobs_s`` and ``time_ref_logprobs_s``
         only for the passes that ran, ``time_update_s``)."""
@@ -156,7 +157,7 @@ class LearnerRank:
             torch.cuda.synchronize()
         return result, time.perf_counter() - start
 
-    def logprobs(self, batch: dict[str, Tensor], reference: bool = False) -> Tensor:
+    def logprobs(self, batch: WireBatch, reference: bool = False) -> Tensor:
         """(N, Tr) logprobs of ``batch``'s responses under the policy or the reference."""
         model = self.reference if reference else self.model
         if model is None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from torch import Tensor
 
-from grpo_trainer.batch import Batch, shard_batch
+from grpo_trainer.batch import Batch, shard_batch, to_wire
 from grpo_trainer.learner.actor import LearnerRank, LearnerSettings
 from grpo_trainer.learner.update import UpdatePlan
 from grpo_trainer.placement import Slot, actor_options
@@ -35,7 +35,8 @@ class LearnerGroup:
 
         shards = shard_batch(batch, self.world_size, mini_batch_size)
         results = ray.get(
-            [rank.update.remote(s, plan) for rank, s in zip(self.ranks, shards, strict=True)]
+            [rank.update.remote(to_wire(s), plan)
+             for rank, s in zip(self.ranks, shards, strict=True)]
         )
         return results[0]  # all-reduced: every rank returns the same figures
 
@@ -43,7 +44,7 @@ class LearnerGroup:
         """(N, Tr) logprobs of ``batch``'s responses (rank 0's replica)."""
         import ray
 
-        return ray.get(self.ranks[0].logprobs.remote(batch, reference))
+        return ray.get(self.ranks[0].logprobs.remote(to_wire(batch), reference))
 
     def states(self) -> list[dict[str, Tensor]]:
         """Every rank's parameters (tests)."""
