@@ -3,7 +3,8 @@
 ``engine``: the trainer's own rollout engine class (``RolloutEngine``, same ``EngineSettings``
 as ``grpo_trainer.run.start_run`` builds) in a plain process, no Ray, generating the prompts
 of the trainer's steps with the same sampling settings and ``n``. ``torch``: a bare loop on
-the learner's batch shape — the reference's no-grad forward (the experiments take one
+the learner's batch of the median-width step (its left padding, attention mask and positions)
+— the reference's no-grad forward (the experiments take one
 optimizer step per batch, so the learner's update forward supplies the old-policy logprobs and
 it runs no other no-grad pass) and one forward+backward+AdamW step over the same micro-batches.
 Both run one round per step of the experiment (warm-up included) and write ``--out`` JSON.
@@ -54,10 +55,18 @@ def engine(exp: Experiment, workdir: Path, step_prompts: list[list[list[int]]]) 
     return {"rounds": rounds}
 
 
-def bare_torch(exp: Experiment, workdir: Path, width: int) -> dict:
-    """One round per step of the experiment on a (sequences, ``width``) batch; the response is
-    the last ``max_response_tokens`` columns. Seconds of the no-grad forward and of the update
-    in each round (the caller drops the warm-up rounds)."""
+def median_width_step(step_prompts: list[list[list[int]]]) -> list[list[int]]:
+    """The prompts of the step whose longest prompt is the median's (its batch's width)."""
+    return sorted(step_prompts, key=lambda prompts: max(map(len, prompts)))[len(step_prompts) // 2]
+
+
+def bare_torch(exp: Experiment, workdir: Path, prompts: list[list[int]]) -> dict:
+    """One round per step of the experiment on the learner's batch of a step with these
+    ``prompts``: each prompt ``group_size`` times, left-padded to the longest, then a response
+    of ``max_response_tokens`` (a random model's completions run to the limit), with the
+    attention mask and positions the learner passes (a padded batch needs them: without a mask
+    the model would attend to the padding). Seconds of the no-grad forward and of the update in
+    each round (the caller drops the warm-up rounds)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -67,12 +76,18 @@ def bare_torch(exp: Experiment, workdir: Path, width: int) -> dict:
     reference.requires_grad_(False)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=exp.learning_rate, weight_decay=0.0)
     n, micro, tr = exp.sequences_per_step, exp.micro_batch_size, exp.max_response_tokens
-    ids = torch.randint(0, policy.config.vocab_size, (n, width))
+    longest = max(map(len, prompts))
+    width = longest + tr
+    mask = torch.tensor([[0] * (longest - len(p)) + [1] * (len(p) + tr)
+                         for p in prompts for _ in range(exp.group_size)])
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    ids = torch.randint(0, policy.config.vocab_size, (n, width)) * mask
     advantages = torch.randn(n, 1)
 
     def logprobs(model, rows):
         # The head on the response's positions only, as the learner computes it.
-        logits = model(input_ids=ids[rows], use_cache=False,
+        logits = model(input_ids=ids[rows], attention_mask=mask[rows],
+                       position_ids=positions[rows], use_cache=False,
                        logits_to_keep=tr + 1).logits[:, :-1]
         return torch.log_softmax(logits, -1).gather(-1, ids[rows, -tr:, None])[..., 0]
 
@@ -105,14 +120,15 @@ def main() -> None:
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--prompts", type=Path, help="engine: JSON list of steps' prompt ids")
-    parser.add_argument("--width", type=int, help="torch: prompt + response columns")
+    parser.add_argument("--prompts", type=Path, required=True,
+                        help="JSON list of the trainer's steps' prompt ids")
     args = parser.parse_args()
     exp = by_name(args.experiment)
+    step_prompts = json.loads(args.prompts.read_text())
     if args.command == "engine":
-        result = engine(exp, args.workdir, json.loads(args.prompts.read_text()))
+        result = engine(exp, args.workdir, step_prompts)
     else:
-        result = bare_torch(exp, args.workdir, args.width)
+        result = bare_torch(exp, args.workdir, median_width_step(step_prompts))
     args.out.write_text(json.dumps(result))
 
 

@@ -198,7 +198,7 @@ def run_experiment(exp: Experiment, trl: str, progress: Progress) -> dict:
     widths = [max(map(len, prompts)) + exp.max_response_tokens for prompts in step_prompts]
     progress(f"{exp.name}: bare torch loop")
     bare, _ = _side(ours_py, "bench.limits_side",
-                    ["torch", *name, "--width", str(sorted(widths)[len(widths) // 2])],
+                    ["torch", *name, "--prompts", str(workdir / "prompts.json")],
                     workdir, "torch", progress)
     return {
         "experiment": exp.to_dict(),

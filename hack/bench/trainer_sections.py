@@ -315,8 +315,10 @@ def limits(results: list[dict]) -> str:
         "(initial weights). *Update*: prompt + response tokens of the step's batch per second "
         "of `time_learn_s` (the reference's logprob pass, then forward/backward and AdamW, "
         "through Ray; with one optimizer step per batch the update's own forward gives the "
-        "old-policy logprobs), against a bare torch loop on the same model, batch shape and "
-        "micro-batches, its head computed on the response's positions as the learner's is — "
+        "old-policy logprobs), against a bare torch loop on the same model, micro-batches and "
+        "batch (the median-width step's prompts, left-padded, with the attention mask and "
+        "positions the learner passes), its head computed on the response's positions as the "
+        "learner's is — "
         "once with the reference's no-grad forward the learner also runs, once "
         "with forward+backward+AdamW alone. Same *median (best)* over the timed steps and rounds. "
         "Threads: " + "; ".join(sorted(threads)) + ".",
