@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,17 +47,20 @@ def manifest(name: str, data_dir: str, **spec_overrides: Any) -> dict[str, Any]:
             "metadata": {"name": name}, "spec": spec}
 
 
-def driver_log_excerpt(cluster, namespace: str, job: str) -> str | None:
-    """For a failed run's assertion: its driver Job's log as far as it says why — every line
-    that names an error or a warning (a retryable failure's cause may be far from the log's
-    end), then the end; None when the Job left no log."""
+def run_failure(cluster, namespace: str, status: dict, job: str) -> str:
+    """For the assertion on a run that should have succeeded: its status and its driver Job's
+    log as far as it says why — every line that names an error or a warning (a retryable
+    failure's cause may be far from the log's end), then the end. One string: pytest prints a
+    string message whole, but cuts the repr of any other object to one line."""
+    report = f"status: {json.dumps(status, indent=1, default=str)}\n"
     log = cluster.driver_runner.job_log(namespace, job)
     if log is None:
-        return None
+        return report + f"driver Job {job}: no log"
     text = log.read_text()
     said = [line for line in text.splitlines()
             if any(word in line for word in ("Error", "ERROR", "WARNING", "Traceback", "failed"))]
-    return "\n".join(said[:60]) + "\n...\n" + text[-4000:]
+    return report + f"driver Job {job}'s log:\n" + "\n".join(said[:60]) + "\n...\n" + text[-4000:]
+
 
 def tiny_example(tmp_path: Path, tie_word_embeddings: bool = False) -> dict:
     """examples/tiny-cpu.yaml with its hostPaths pointed at a fresh tiny model and dataset."""

@@ -20,7 +20,7 @@ import pytest
 
 from grpo_operator.api.checkpoint_layout import step_dir_name
 from localcluster.mountns import INDUCTOR_CACHE
-from tests.operator.lifecycle.runs import driver_log_excerpt, tiny_example
+from tests.operator.lifecycle.runs import run_failure, tiny_example
 from tests.waiting import Watching, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -145,10 +145,10 @@ def test_a_split_run_on_two_workers_keeps_parity_after_every_sync(cluster, runs,
         wait_for(watch.placed, 420, what="the run's actors in Ray's state API")
         wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed"), 600, what="the end")
     status = runs.status(name)
-    why = driver_log_excerpt(cluster, runs.namespace, f"{name}-a1")
-    assert status["phase"] == "Succeeded", (status, why)
+    why = run_failure(cluster, runs.namespace, status, f"{name}-a1")
+    assert status["phase"] == "Succeeded", why
     # Nothing failed, so nothing was retried (a retry would hide a flaw of the first attempt).
-    assert status["recovery"]["restarts"] == 0, (status, why)
+    assert status["recovery"]["restarts"] == 0, why
 
     _check_placement(watch, placement)
 
@@ -195,8 +195,8 @@ def test_a_colocated_run_survives_a_lost_worker_pod_on_the_same_raycluster(
         wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed"), 600, what="the end")
     status = runs.status(name)
     recovery = status["recovery"]
-    assert status["phase"] == "Succeeded", (
-        status, driver_log_excerpt(cluster, runs.namespace, f"{name}-a{recovery['attempt']}"))
+    assert status["phase"] == "Succeeded", run_failure(
+        cluster, runs.namespace, status, f"{name}-a{recovery['attempt']}")
     assert recovery["attempt"] == 2 and recovery["restarts"] == 1, recovery
     history = recovery["history"]
     assert history[1]["fromStep"] >= 2, history

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from grpo_operator.api.digest import digest_of_directory
-from tests.operator.lifecycle.runs import driver_log_excerpt, tiny_example
+from tests.operator.lifecycle.runs import run_failure, tiny_example
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -58,8 +58,8 @@ def test_a_lost_driver_resumes_on_the_warm_cluster_and_a_lost_cluster_is_replace
 
     wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed"), 600, what="the end")
     status = runs.status(name)
-    assert status["phase"] == "Succeeded", (
-        status.get("terminal"), driver_log_excerpt(cluster, runs.namespace, f"{name}-a3"))
+    assert status["phase"] == "Succeeded", run_failure(cluster, runs.namespace, status,
+                                                       f"{name}-a3")
     recovery = status["recovery"]
     assert (recovery["attempt"], recovery["restarts"]) == (3, 2)
     reasons = [h["reason"] for h in recovery["history"]]

@@ -26,7 +26,7 @@ from kubernetes import client
 from grpo_operator.api.digest import DigestManifest
 from grpo_trainer.toy import LETTERS_SOURCE
 from tests.json_http import send_json
-from tests.operator.lifecycle.runs import driver_log_excerpt, tiny_example
+from tests.operator.lifecycle.runs import run_failure, tiny_example
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.second_cluster]
@@ -102,8 +102,8 @@ def _finished(cluster, runs, name: str) -> dict:
     """The run's status once it has ended, Succeeded (else the driver's log says why)."""
     wait_for(lambda: runs.phase(name) in ("Succeeded", "Failed"), 600, what=f"{name}'s end")
     status = runs.status(name)
-    assert status["phase"] == "Succeeded", (
-        status, driver_log_excerpt(cluster, runs.namespace, f"{name}-a1"))
+    assert status["phase"] == "Succeeded", run_failure(cluster, runs.namespace, status,
+                                                       f"{name}-a1")
     return status
 
 
