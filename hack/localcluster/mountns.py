@@ -16,6 +16,8 @@ take writes, as on a real node; what writes elsewhere fails here as it would the
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import shlex
 import sys
 import threading
@@ -49,7 +51,11 @@ class Sandbox:
 
 class Mountpoints:
     """Creates the mount target paths on this machine and removes the ones it created, once no
-    namespace can still be using them (they are shared by every namespace)."""
+    namespace can still be using them (they are shared by every namespace): a target that is a
+    mount point in any live namespace stays. Removing it would unmount it there (since Linux
+    3.18, rmdir of a mount point in another namespace detaches that mount), and another local
+    cluster on this machine (the other test lane) may have a pod running on the same target: a
+    fresh-clone run lost a pod's /model that way when the other lane's cluster stopped."""
 
     def __init__(self) -> None:
         self._created: list[Path] = []
@@ -75,9 +81,35 @@ class Mountpoints:
     def remove_created(self) -> None:
         with self._lock:
             created, self._created = self._created, []
-        for path in sorted(set(created), key=lambda p: -len(p.parts)):
+        in_use = mount_points_in_use()
+        kept = [path for path in created  # a target in use, and the directories above it
+                if any(Path(point).is_relative_to(path) for point in in_use)]
+        for path in sorted(set(created) - set(kept), key=lambda p: -len(p.parts)):
             with contextlib.suppress(OSError):
                 path.unlink() if path.is_file() else path.rmdir()
+        with self._lock:  # for a later call, once their namespaces are gone
+            self._created.extend(kept)
+
+
+def mount_points_in_use() -> set[str]:
+    """Every mount point of every live mount namespace on this machine (each read once, through
+    one of its processes)."""
+    points: set[str] = set()
+    seen: set[str] = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):  # gone meanwhile, or not ours to read
+            namespace = os.readlink(proc / "ns" / "mnt")
+            if namespace in seen:
+                continue
+            info = (proc / "mountinfo").read_text()
+            seen.add(namespace)
+            # Field 5 is the mount point, with space, tab, newline and backslash octal-escaped.
+            points.update(_unescape(line.split()[4]) for line in info.splitlines())
+    return points
+
+
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def _bind(lines: list[str], source: Path | str, target: str, read_only: bool) -> None:
