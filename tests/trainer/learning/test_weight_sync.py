@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from grpo_trainer.weight_channel import WeightChannel
 MAX_MODEL_LEN = 64
 SAMPLING = SamplingSettings(group_size=4, max_tokens=12)
 SCRATCH_DIRS = (Path("/dev/shm"), Path("/tmp"))
+_SCRATCH_PREFIXES = tuple(f"{d}/" for d in SCRATCH_DIRS)
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +86,36 @@ def _processes() -> dict[int, int]:
     return parents
 
 
-def _held_by(pid: int) -> set[str]:
-    """Paths the process has open or mapped."""
-    held = set()
+def _mounts(mountinfo: str) -> list[tuple[str, str, str]]:
+    """(device, root within its filesystem, mount point) of each mount in a ``mountinfo``."""
+    def unescape(field: str) -> str:  # space, tab, newline and backslash are octal-escaped
+        return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+    return [(fields[2], unescape(fields[3]), unescape(fields[4]))
+            for fields in (line.split() for line in mountinfo.splitlines())]
+
+
+def _mount_sources(pid: int, host: list[tuple[str, str, str]]) -> set[str]:
+    """Where, in this machine's paths, the mounts of the process's namespace come from. A pod of
+    the other lane's local cluster has a directory under /tmp bound over its own /tmp, and its
+    processes name what they hold by their own paths (/tmp/ray/...), not by that directory."""
+    sources = set()
+    with contextlib.suppress(OSError):
+        for device, root, _ in _mounts(Path(f"/proc/{pid}/mountinfo").read_text()):
+            for host_device, host_root, host_point in host:
+                if host_device == device and Path(root).is_relative_to(host_root):
+                    sources.add(str(Path(host_point) / Path(root).relative_to(host_root)))
+    return sources
+
+
+def _held_by(pid: int, host: list[tuple[str, str, str]]) -> set[str]:
+    """Paths the process has open, mapped, as its working directory or as the source of a mount
+    in its namespace, and the directories they are in: a directory nobody has open is still in use
+    while something in it is (a Ray node's root in /tmp, while the node's raylet writes its logs
+    there)."""
+    held = _mount_sources(pid, host)
+    with contextlib.suppress(OSError):
+        held.add(os.readlink(f"/proc/{pid}/cwd"))
     with contextlib.suppress(OSError):
         for fd in Path(f"/proc/{pid}/fd").iterdir():
             with contextlib.suppress(OSError):
@@ -95,7 +124,8 @@ def _held_by(pid: int) -> set[str]:
         held.update(line.split(maxsplit=5)[5].strip()
                     for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
                     if len(line.split(maxsplit=5)) == 6)
-    return held
+    return held | {str(parent) for path in held if path.startswith(_SCRATCH_PREFIXES)
+                   for parent in Path(path).parents if str(parent).startswith(_SCRATCH_PREFIXES)}
 
 
 def _made_here(entries: set[Path]) -> dict[Path, list[str]]:
@@ -113,9 +143,10 @@ def _made_here(entries: set[Path]) -> dict[Path, list[str]]:
             pid = parents.get(pid, 0)
         return False
 
+    host = _mounts(Path("/proc/self/mountinfo").read_text())
     holders: dict[str, set[int]] = {}
     for pid in parents:
-        for path in _held_by(pid):
+        for path in _held_by(pid, host):
             holders.setdefault(path, set()).add(pid)
     def command(pid: int) -> str:
         with contextlib.suppress(OSError):
