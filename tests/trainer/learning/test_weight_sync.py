@@ -193,8 +193,11 @@ def test_every_sync_gives_the_engine_the_learner_weights_and_leaves_no_file(
         channel.sync()
         assert _engine_gap(learners, engines, prompts, seed=300 + sync) <= 1e-4
 
-    # No weight file, nor anything else, left behind.
-    assert _left_behind(_listing() - before) == {}
+    # No weight file, nor anything else, left behind (each named in full: pytest's summary line
+    # cuts a dict's repr to its last characters).
+    left = _left_behind(_listing() - before)
+    assert not left, "\n".join(f"{path} held by {holders or 'nobody'}"
+                                for path, holders in left.items())
 
 
 def _set_env(_actor, name: str, value: str) -> None:
