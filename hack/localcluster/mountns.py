@@ -91,25 +91,42 @@ class Mountpoints:
             self._created.extend(kept)
 
 
-def mount_points_in_use() -> set[str]:
-    """Every mount point of every live mount namespace on this machine (each read once, through
-    one of its processes)."""
-    points: set[str] = set()
-    seen: set[str] = set()
+@dataclass(frozen=True)
+class MountEntry:
+    """One line of a ``/proc/PID/mountinfo``."""
+
+    device: str  # major:minor of its filesystem
+    root: str  # the directory of that filesystem mounted here
+    point: str  # where, in its namespace
+
+
+def mountinfo(pid: int | str = "self") -> list[MountEntry]:
+    """The mounts of the process's mount namespace."""
+    def unescape(field: str) -> str:  # space, tab, newline and backslash are octal-escaped
+        return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+    return [MountEntry(fields[2], unescape(fields[3]), unescape(fields[4]))
+            for fields in (line.split() for line in
+                           Path(f"/proc/{pid}/mountinfo").read_text().splitlines())]
+
+
+def live_mount_namespaces() -> list[tuple[list[int], list[MountEntry]]]:
+    """Every live mount namespace on this machine: its processes, and its mounts (read once,
+    through one of them)."""
+    members: dict[str, list[int]] = {}
+    mounts: dict[str, list[MountEntry]] = {}
     for proc in Path("/proc").glob("[0-9]*"):
         with contextlib.suppress(OSError):  # gone meanwhile, or not ours to read
             namespace = os.readlink(proc / "ns" / "mnt")
-            if namespace in seen:
-                continue
-            info = (proc / "mountinfo").read_text()
-            seen.add(namespace)
-            # Field 5 is the mount point, with space, tab, newline and backslash octal-escaped.
-            points.update(_unescape(line.split()[4]) for line in info.splitlines())
-    return points
+            if namespace not in mounts:
+                mounts[namespace] = mountinfo(proc.name)
+            members.setdefault(namespace, []).append(int(proc.name))
+    return [(members[namespace], mounts[namespace]) for namespace in mounts]
 
 
-def _unescape(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+def mount_points_in_use() -> set[str]:
+    """Every mount point of every live mount namespace on this machine."""
+    return {entry.point for _, entries in live_mount_namespaces() for entry in entries}
 
 
 def _bind(lines: list[str], source: Path | str, target: str, read_only: bool) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import time
 from pathlib import Path
 
@@ -86,34 +85,29 @@ def _processes() -> dict[int, int]:
     return parents
 
 
-def _mounts(mountinfo: str) -> list[tuple[str, str, str]]:
-    """(device, root within its filesystem, mount point) of each mount in a ``mountinfo``."""
-    def unescape(field: str) -> str:  # space, tab, newline and backslash are octal-escaped
-        return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+def _mount_sources() -> dict[int, set[str]]:
+    """Each process's mount sources, in this machine's paths. A pod of the other lane's local
+    cluster has a directory under /tmp bound over its own /tmp, and its processes name what they
+    hold by their own paths (/tmp/ray/...), not by that directory."""
+    # The harness's module, imported here: Ray workers import this module without its path.
+    from localcluster import mountns
 
-    return [(fields[2], unescape(fields[3]), unescape(fields[4]))
-            for fields in (line.split() for line in mountinfo.splitlines())]
-
-
-def _mount_sources(pid: int, host: list[tuple[str, str, str]]) -> set[str]:
-    """Where, in this machine's paths, the mounts of the process's namespace come from. A pod of
-    the other lane's local cluster has a directory under /tmp bound over its own /tmp, and its
-    processes name what they hold by their own paths (/tmp/ray/...), not by that directory."""
-    sources = set()
-    with contextlib.suppress(OSError):
-        for device, root, _ in _mounts(Path(f"/proc/{pid}/mountinfo").read_text()):
-            for host_device, host_root, host_point in host:
-                if host_device == device and Path(root).is_relative_to(host_root):
-                    sources.add(str(Path(host_point) / Path(root).relative_to(host_root)))
-    return sources
+    host = mountns.mountinfo()
+    found: dict[int, set[str]] = {}
+    for pids, entries in mountns.live_mount_namespaces():
+        sources = {str(Path(ours.point) / Path(entry.root).relative_to(ours.root))
+                   for entry in entries for ours in host
+                   if ours.device == entry.device and Path(entry.root).is_relative_to(ours.root)}
+        found.update(dict.fromkeys(pids, sources))
+    return found
 
 
-def _held_by(pid: int, host: list[tuple[str, str, str]]) -> set[str]:
+def _held_by(pid: int, mount_sources: set[str]) -> set[str]:
     """Paths the process has open, mapped, as its working directory or as the source of a mount
     in its namespace, and the directories they are in: a directory nobody has open is still in use
     while something in it is (a Ray node's root in /tmp, while the node's raylet writes its logs
     there)."""
-    held = _mount_sources(pid, host)
+    held = set(mount_sources)
     with contextlib.suppress(OSError):
         held.add(os.readlink(f"/proc/{pid}/cwd"))
     with contextlib.suppress(OSError):
@@ -143,10 +137,10 @@ def _made_here(entries: set[Path]) -> dict[Path, list[str]]:
             pid = parents.get(pid, 0)
         return False
 
-    host = _mounts(Path("/proc/self/mountinfo").read_text())
+    mount_sources = _mount_sources()
     holders: dict[str, set[int]] = {}
     for pid in parents:
-        for path in _held_by(pid, host):
+        for path in _held_by(pid, mount_sources.get(pid, set())):
             holders.setdefault(path, set()).add(pid)
     def command(pid: int) -> str:
         with contextlib.suppress(OSError):
