@@ -1,5 +1,6 @@
 """``PYTHONPATH=hack python -m bench`` (``make bench``): the benchmarks, each part against its
-peers measured in the same run, written to ``docs/benchmarks.md`` (and printed).
+peers measured in the same run, written into ``docs/benchmarks.md`` (and printed): the parts
+run replace their sections there, the rest of the file is kept (``bench.report.merge``).
 
 Parts: ``trainer`` (step time and tokens/s against TRL, ``bench.trainer``), ``operator`` (N
 runs at once against KubeRay's RayJob controller, ``bench.operator_vs_rayjob``),
@@ -55,8 +56,8 @@ def main() -> int:
                         help="operator part: the numbers of runs applied at once "
                         "(default: 50,200,1000)")
     parser.add_argument("--out", type=Path, default=OUT,
-                        help="the markdown file written with the parts run "
-                        "(default: docs/benchmarks.md)")
+                        help="the markdown file the parts run are written into, keeping "
+                        "its other sections and notes (default: docs/benchmarks.md)")
     args = parser.parse_args()
     started, clock = datetime.datetime.now(datetime.UTC), time.monotonic()
 
@@ -80,8 +81,12 @@ def main() -> int:
         progress(f"{part}: done in {(time.monotonic() - part_clock) / 60:.1f} min")
         sections.extend(found)
     command = shlex.join(["PYTHONPATH=hack", "python", "-m", "bench", *sys.argv[1:]])
-    text = report.document(command, sections, started=started,
-                           seconds=time.monotonic() - clock, machine_line=report.machine())
+    line = report.provenance(command, started=started, seconds=time.monotonic() - clock,
+                             machine_line=report.machine())
+    sections = [report.stamped(section, line) for section in sections]
+    if args.out.exists():
+        sections = report.merge(args.out.read_text(), sections)
+    text = report.document(sections)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)
