@@ -6,10 +6,11 @@ and driver pods left Pending (nothing trains: only creation and readiness compar
 1. N GRPORuns (the tiny example, one 1-GPU worker on the GPU pool) in one ``kubectl create``,
    served by the operator running as a ServiceAccount of its own;
 2. the same N as RayJobs whose ``rayClusterSpec`` is what the operator's RayCluster builder
-   makes for those runs, in ``InteractiveMode`` (KubeRay creates the RayCluster, waits for it
-   to be ready, then waits for a job id: it never submits, so it needs no real head), with the
-   operator stopped. The ServiceAccount and auth Secret the pods name are created beforehand,
-   as a RayJob's user would.
+   makes for those runs, with the operator stopped, twice: in ``K8sJobMode`` (RayJob's default:
+   once the cluster is ready KubeRay creates a submitter Job, whose pod is the operator's driver
+   pod, left Pending the same way) and in ``InteractiveMode`` (once the cluster is ready KubeRay
+   waits for a job id and starts nothing). The ServiceAccount and auth Secret the pods name are
+   created beforehand, as a RayJob's user would.
 
 Per run, from its creation (the parent's ADDED watch event): its RayCluster created, the
 RayCluster ready (KubeRay's ``state: ready``), and the cluster ready as its controller sees it
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import threading
 import time
 from collections import Counter
@@ -40,6 +42,7 @@ from demo import inputs
 from grpo_operator.api.constants import GROUP, LABEL_RUN, PLURAL, VERSION
 from grpo_operator.api.spec import GRPORunSpec
 from grpo_operator.children import identity
+from grpo_operator.children.driver_job import driver_job
 from grpo_operator.children.meta import RunRef
 from grpo_operator.children.raycluster import ray_cluster
 from localcluster import LocalCluster
@@ -77,12 +80,19 @@ def grporun(name: str) -> dict:
     return body
 
 
-def rayjob(name: str, namespace: str) -> dict:
-    """A RayJob whose cluster is the one the operator builds for ``grporun(name)``."""
+def rayjob(name: str, namespace: str, mode: str) -> dict:
+    """A RayJob whose cluster is the one the operator builds for ``grporun(name)``; in
+    ``K8sJobMode`` its submitter pod is the operator's driver pod (KubeRay replaces the
+    container's command with ``ray job submit``), so both arms start the same pod."""
     spec = GRPORunSpec.model_validate(grporun(name)["spec"])
-    cluster_spec = ray_cluster(spec, RunRef(name, namespace, uid=""))["spec"]
+    run = RunRef(name, namespace, uid="")
+    job_spec = {"submissionMode": mode, "rayClusterSpec": ray_cluster(spec, run)["spec"]}
+    if mode == K8S_JOB_MODE:
+        driver = driver_job(spec, run, attempt=1)["spec"]["template"]
+        job_spec["entrypoint"] = shlex.join(driver["spec"]["containers"][0]["command"])
+        job_spec["submitterPodTemplate"] = driver
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": name},
-            "spec": {"submissionMode": "InteractiveMode", "rayClusterSpec": cluster_spec}}
+            "spec": job_spec}
 
 
 def rayjob_prerequisites(name: str, namespace: str) -> list[dict]:
@@ -108,6 +118,7 @@ class Kind:
     plural: str
     cluster_label: str  # the RayCluster label that names its run
     ready: Callable[[dict], bool]  # the controller has seen its cluster ready
+    submission_mode: str = ""  # a RayJob's
 
 
 def grporun_ready(obj: dict) -> bool:
@@ -120,7 +131,9 @@ def rayjob_ready(obj: dict) -> bool:
 
 
 GRPORUNS = Kind("grpo-operator", GROUP, VERSION, PLURAL, LABEL_RUN, grporun_ready)
-RAYJOBS = Kind("KubeRay RayJob", "ray.io", "v1", "rayjobs", RAYJOB_CLUSTER_LABEL, rayjob_ready)
+K8S_JOB_MODE, INTERACTIVE_MODE = "K8sJobMode", "InteractiveMode"
+RAYJOBS = tuple(Kind(f"KubeRay RayJob ({mode})", "ray.io", "v1", "rayjobs", RAYJOB_CLUSTER_LABEL,
+                     rayjob_ready, mode) for mode in (K8S_JOB_MODE, INTERACTIVE_MODE))
 
 MILESTONES = (("cluster_created", "RayCluster created"), ("cluster_ready", "RayCluster ready"),
               ("seen_ready", "ready, seen by the controller"))
@@ -389,16 +402,17 @@ def grporuns_arm(cluster: LocalCluster, api: client.ApiClient, kubeconfig: Path,
     return arm
 
 
-def rayjobs_arm(cluster: LocalCluster, api: client.ApiClient, runs: int,
+def rayjobs_arm(cluster: LocalCluster, api: client.ApiClient, kind: Kind, runs: int,
                 progress: Callable[[str], None]) -> Arm:
-    core, namespace = client.CoreV1Api(api), f"rayjobs-{runs}"
+    core = client.CoreV1Api(api)
+    namespace = f"rayjobs-{kind.submission_mode.lower()}-{runs}"
     _fresh_namespace(core, namespace)
     names = [f"run-{i:03d}" for i in range(runs)]
     prerequisites = [obj for name in names for obj in rayjob_prerequisites(name, namespace)]
     cluster.kubectl("create", "-n", namespace, "-f", "-",
                     input=yaml.safe_dump_all(prerequisites), timeout=300)
-    arm = _apply_and_wait(cluster, api, RAYJOBS, namespace,
-                          [rayjob(name, namespace) for name in names],
+    arm = _apply_and_wait(cluster, api, kind, namespace,
+                          [rayjob(name, namespace, kind.submission_mode) for name in names],
                           {"kuberay": _kuberay_rss(cluster)}, progress)
     _delete_namespace(core, namespace)
     return arm
@@ -417,7 +431,7 @@ def measure(runs: tuple[int, ...], progress: Callable[[str], None]) -> list[Arm]
             kubeconfig = operator_identity(cluster, api)
             for n in runs:
                 arms.append(grporuns_arm(cluster, api, kubeconfig, n, progress))
-                arms.append(rayjobs_arm(cluster, api, n, progress))
+                arms.extend(rayjobs_arm(cluster, api, kind, n, progress) for kind in RAYJOBS)
         finally:
             api.close()
     return arms
@@ -464,30 +478,39 @@ def section(arms: list[Arm]) -> str:
     for arm in arms:
         by_n.setdefault(arm.runs, {})[arm.kind.controller] = arm
     for n, pair in by_n.items():
-        ours, theirs = pair.get(GRPORUNS.controller), pair.get(RAYJOBS.controller)
-        if ours is None or theirs is None:
-            continue
-        ours_ready, theirs_ready = (durations(a.times, "seen_ready") for a in (ours, theirs))
-        ratios.append(
-            f"- N={n}, GRPORun ÷ RayJob: ready seen by the controller p50 "
-            + times(ratio(report.percentile(ours_ready, 50), report.percentile(theirs_ready, 50)))
-            + ", p95 "
-            + times(ratio(report.percentile(ours_ready, 95), report.percentile(theirs_ready, 95)))
-            + "; API requests per run (operator + KubeRay vs KubeRay) "
-            + times(ratio(ours.requests[OPERATOR_USER] + ours.requests[KUBERAY_USER],
-                          theirs.requests[KUBERAY_USER]))
-        )
+        ours = pair.get(GRPORUNS.controller)
+        for theirs in (pair.get(kind.controller) for kind in RAYJOBS):
+            if ours is None or theirs is None:
+                continue
+            ours_ready, theirs_ready = (durations(a.times, "seen_ready") for a in (ours, theirs))
+            ratios.append(
+                f"- N={n}, GRPORun ÷ RayJob in {theirs.kind.submission_mode}: ready seen by the "
+                "controller p50 "
+                + times(ratio(report.percentile(ours_ready, 50),
+                              report.percentile(theirs_ready, 50)))
+                + ", p95 "
+                + times(ratio(report.percentile(ours_ready, 95),
+                              report.percentile(theirs_ready, 95)))
+                + "; API requests per run (operator + KubeRay vs KubeRay) "
+                + times(ratio(ours.requests[OPERATOR_USER] + ours.requests[KUBERAY_USER],
+                              theirs.requests[KUBERAY_USER]))
+            )
     return "\n\n".join([
         "## Operator vs KubeRay's RayJob controller",
         "N runs created at once (one `kubectl create`) on the local control plane, enough fake "
         f"{GPUS_PER_NODE}-GPU KWOK nodes for all of them, driver pods left Pending (nothing "
         "trains). GRPORuns: the tiny example with one 1-GPU worker, served by the operator "
         "(cluster-wide, default settings). RayJobs: the same RayCluster spec, as the operator's "
-        "builder makes it, in `InteractiveMode`, served by the KubeRay operator alone. Times "
-        "are from each run's creation; *RayCluster ready* is KubeRay's `state: ready`; *ready, "
-        "seen by the controller* is the GRPORun's `ClusterReady=True` (when the operator starts "
-        "the driver) or the RayJob leaving `Initializing` (when KubeRay would submit); *all "
-        "seen ready* is from the first run's creation to the last run seen ready. "
+        "builder makes it, served by the KubeRay operator alone, in `K8sJobMode` (RayJob's "
+        "default: once the cluster is ready KubeRay creates a submitter Job whose pod is the "
+        "operator's driver pod, left Pending too) and in `InteractiveMode` (KubeRay starts "
+        "nothing once the cluster is ready). Times are from each run's creation; *RayCluster "
+        "ready* is KubeRay's `state: ready`; *ready, seen by the controller* is the GRPORun's "
+        "`ClusterReady=True` (when the operator starts the driver) or the RayJob leaving "
+        "`Initializing` (`Running` once KubeRay has created the submitter Job, `Waiting` in "
+        "`InteractiveMode`); *all seen ready* is from the first run's creation to the last run "
+        "seen ready. Running RayJobs poll their head's dashboard, which KWOK's heads do not "
+        "serve here: each poll fails at once and KubeRay retries with its error back-off. "
         "Requests: the API server's audit log, by client identity, from the first create until "
         "every run is ready (KubeRay reconciles the RayClusters of both arms); reads are its "
         "gets and lists (watches are per process, not per run). Peak RSS of "

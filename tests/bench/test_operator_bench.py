@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
+
 from bench import operator_vs_rayjob as bench
 from grpo_operator.api.spec import GRPORunSpec
+from grpo_operator.children.driver_job import driver_job
 from grpo_operator.children.meta import RunRef
 from grpo_operator.children.raycluster import ray_cluster
 from localcluster.audit import READS, requests_by_user
@@ -36,15 +39,29 @@ def test_requests_are_counted_once_per_audit_id_within_the_window():
     assert requests_by_user(lines, start, start + 5, READS) == Counter({"op": 1})
 
 
-def test_a_rayjob_asks_for_the_cluster_the_operator_builds_and_never_submits():
-    job = bench.rayjob("run-007", "ns")
+@pytest.mark.parametrize("mode", ["K8sJobMode", "InteractiveMode"])
+def test_a_rayjob_asks_for_the_cluster_the_operator_builds(mode):
+    job = bench.rayjob("run-007", "ns", mode)
     spec = GRPORunSpec.model_validate(bench.grporun("run-007")["spec"])
     assert job["spec"]["rayClusterSpec"] == ray_cluster(spec, RunRef("run-007", "ns", ""))["spec"]
-    assert job["spec"]["submissionMode"] == "InteractiveMode"
+    assert job["spec"]["submissionMode"] == mode
     assert job["metadata"] == {"name": "run-007"}
     worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
     assert worker["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert worker["nodeSelector"] == {"grpo.dev/node-pool": "gpu"}
+
+
+def test_a_submitting_rayjob_starts_the_operators_driver_pod_and_an_interactive_one_nothing():
+    spec = GRPORunSpec.model_validate(bench.grporun("run-007")["spec"])
+    driver = driver_job(spec, RunRef("run-007", "ns", ""), attempt=1)["spec"]["template"]
+    submitting = bench.rayjob("run-007", "ns", "K8sJobMode")["spec"]
+    assert submitting["submitterPodTemplate"] == driver
+    # The label that leaves the operator's driver pods Pending in the bench leaves these too.
+    assert driver["metadata"]["labels"]["grpo.dev/role"] == "driver"
+    assert submitting["entrypoint"] == "python -m grpo_trainer submit --config " \
+        "/etc/grpo/run-config.json"
+    interactive = bench.rayjob("run-007", "ns", "InteractiveMode")["spec"]
+    assert "submitterPodTemplate" not in interactive and "entrypoint" not in interactive
 
 
 def test_what_a_rayjob_user_provides_is_owned_by_no_grporun():
@@ -88,16 +105,21 @@ def test_the_section_tabulates_both_arms_and_their_ratios():
         _arm(bench.GRPORUNS, 4, 3.0, {bench.OPERATOR_USER: 40, bench.KUBERAY_USER: 20},
              {"operator": 100 * 2**20, "kuberay": 50 * 2**20}, {bench.OPERATOR_USER: 2},
              {"operator": 12.0, "kube-apiserver": 20.4, "etcd": 3.0, "kuberay-operator": 5.0}),
-        _arm(bench.RAYJOBS, 4, 2.0, {bench.KUBERAY_USER: 30}, {"kuberay": 60 * 2**20},
-             cpu={"kube-apiserver": 10.0, "etcd": 2.0, "kuberay-operator": 6.0}),
+        *(_arm(kind, 4, ready_after, {bench.KUBERAY_USER: 30}, {"kuberay": 60 * 2**20},
+               cpu={"kube-apiserver": 10.0, "etcd": 2.0, "kuberay-operator": 6.0})
+          for kind, ready_after in zip(bench.RAYJOBS, (2.5, 2.0), strict=True)),
     ]
     text = bench.section(arms)
     rows = [line for line in text.splitlines() if line.startswith("| 4 ")]
     assert rows == [
         "| 4 | grpo-operator | 4/4 | 1.5 / 1.5 | 3.0 / 3.0 | 3.0 / 3.0 | 3.0 | 10.0 | 0.5 | 5.0 "
         "| 100 | 50 | 12 | 20 | 3 | 5 | 30 | 1.5 |",
-        "| 4 | KubeRay RayJob | 4/4 | 1.0 / 1.0 | 2.0 / 2.0 | 2.0 / 2.0 | 2.0 | – | – | 7.5 | – "
-        "| 60 | – | 10 | 2 | 6 | 30 | 1.5 |",
+        "| 4 | KubeRay RayJob (K8sJobMode) | 4/4 | 1.2 / 1.2 | 2.5 / 2.5 | 2.5 / 2.5 | 2.5 | – "
+        "| – | 7.5 | – | 60 | – | 10 | 2 | 6 | 30 | 1.5 |",
+        "| 4 | KubeRay RayJob (InteractiveMode) | 4/4 | 1.0 / 1.0 | 2.0 / 2.0 | 2.0 / 2.0 | 2.0 "
+        "| – | – | 7.5 | – | 60 | – | 10 | 2 | 6 | 30 | 1.5 |",
     ]
-    assert ("- N=4, GRPORun ÷ RayJob: ready seen by the controller p50 1.50×, p95 1.50×; "
-            "API requests per run (operator + KubeRay vs KubeRay) 2.00×") in text
+    assert ("- N=4, GRPORun ÷ RayJob in K8sJobMode: ready seen by the controller p50 1.20×, "
+            "p95 1.20×; API requests per run (operator + KubeRay vs KubeRay) 2.00×") in text
+    assert ("- N=4, GRPORun ÷ RayJob in InteractiveMode: ready seen by the controller p50 "
+            "1.50×, p95 1.50×; API requests per run (operator + KubeRay vs KubeRay) 2.00×") in text
