@@ -84,9 +84,20 @@ def main() -> int:
     line = report.provenance(command, started=started, seconds=time.monotonic() - clock,
                              machine_line=report.machine())
     sections = [report.stamped(section, line) for section in sections]
+    text = fresh = report.document(sections)
     if args.out.exists():
-        sections = report.merge(args.out.read_text(), sections)
-    text = report.document(sections)
+        previous = args.out.read_text()
+        try:
+            text = report.merge(previous, sections)
+        except ValueError as e:  # the run's figures are not lost to a hand-edited file
+            aside = args.out.with_name(args.out.name + ".new")
+            aside.write_text(fresh)
+            progress(f"{args.out} left as it was ({e}); this run's sections are in {aside}")
+            return 1
+        measured = report.sections_of(fresh)
+        kept = [heading for heading in report.sections_of(previous) if heading not in measured]
+        if kept:
+            progress(f"kept from {args.out} as they were: {', '.join(kept)}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)

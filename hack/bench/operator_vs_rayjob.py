@@ -13,23 +13,26 @@ and driver pods left Pending (nothing trains: only creation and readiness compar
    created beforehand, as a RayJob's user would.
 
 Per run, from its creation (the parent's ADDED watch event): its RayCluster created, the
-RayCluster ready (KubeRay's ``state: ready``), and the cluster ready as its controller sees it
-(GRPORun ``ClusterReady=True``; RayJob past ``Initializing``). API requests are counted from
-the audit log by client identity, from the first create until every run is ready; memory is the
-peak RSS of each controller's process tree, and the CPU time of the operator, the API server,
-etcd and KubeRay, over the same window.
+RayCluster ready (KubeRay's ``state: ready``), the cluster ready as its controller sees it
+(GRPORun ``ClusterReady=True``, written before the pass creates the driver's objects; RayJob
+past ``Initializing``, written after KubeRay has created the submitter Job), and its driver pod
+created by the Job controller (the same pod in both arms that start one: the milestone that
+compares like with like). API requests are counted from the audit log by client identity, from
+the first create until every run is seen ready and has its driver pod; memory is the peak RSS of
+each controller's process tree, and the CPU time of the operator, the API server, etcd and
+KubeRay, over the same window.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import shlex
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -47,6 +50,7 @@ from grpo_operator.children.meta import RunRef
 from grpo_operator.children.raycluster import ray_cluster
 from localcluster import LocalCluster
 from localcluster.audit import READS, read_requests_by_user
+from localcluster.components import DRIVER_SELECTOR
 from localcluster.nodes import GPU_POOL_LABEL, GPU_TAINT
 from localcluster.operator_process import OperatorProcess
 from localcluster.pki import COMPONENT_USERS
@@ -82,15 +86,14 @@ def grporun(name: str) -> dict:
 
 def rayjob(name: str, namespace: str, mode: str) -> dict:
     """A RayJob whose cluster is the one the operator builds for ``grporun(name)``; in
-    ``K8sJobMode`` its submitter pod is the operator's driver pod (KubeRay replaces the
-    container's command with ``ray job submit``), so both arms start the same pod."""
+    ``K8sJobMode`` its submitter pod is the operator's driver pod: KubeRay keeps a submitter
+    container's own command (adding the dashboard address and job id to its environment), and
+    the pod's labels leave it Pending in the bench as the operator's driver pods are."""
     spec = GRPORunSpec.model_validate(grporun(name)["spec"])
     run = RunRef(name, namespace, uid="")
     job_spec = {"submissionMode": mode, "rayClusterSpec": ray_cluster(spec, run)["spec"]}
     if mode == K8S_JOB_MODE:
-        driver = driver_job(spec, run, attempt=1)["spec"]["template"]
-        job_spec["entrypoint"] = shlex.join(driver["spec"]["containers"][0]["command"])
-        job_spec["submitterPodTemplate"] = driver
+        job_spec["submitterPodTemplate"] = driver_job(spec, run, attempt=1)["spec"]["template"]
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": name},
             "spec": job_spec}
 
@@ -118,7 +121,8 @@ class Kind:
     plural: str
     cluster_label: str  # the RayCluster label that names its run
     ready: Callable[[dict], bool]  # the controller has seen its cluster ready
-    submission_mode: str = ""  # a RayJob's
+    starts_driver: bool  # a pod labelled as the operator's driver is created at readiness
+    submission_mode: str = ""  # the RayJob's spec.submissionMode; empty for GRPORuns
 
 
 def grporun_ready(obj: dict) -> bool:
@@ -130,13 +134,15 @@ def rayjob_ready(obj: dict) -> bool:
     return (obj.get("status") or {}).get("jobDeploymentStatus") in ("Waiting", "Running")
 
 
-GRPORUNS = Kind("grpo-operator", GROUP, VERSION, PLURAL, LABEL_RUN, grporun_ready)
+GRPORUNS = Kind("grpo-operator", GROUP, VERSION, PLURAL, LABEL_RUN, grporun_ready, True)
 K8S_JOB_MODE, INTERACTIVE_MODE = "K8sJobMode", "InteractiveMode"
 RAYJOBS = tuple(Kind(f"KubeRay RayJob ({mode})", "ray.io", "v1", "rayjobs", RAYJOB_CLUSTER_LABEL,
-                     rayjob_ready, mode) for mode in (K8S_JOB_MODE, INTERACTIVE_MODE))
+                     rayjob_ready, mode == K8S_JOB_MODE, mode)
+                for mode in (K8S_JOB_MODE, INTERACTIVE_MODE))
 
 MILESTONES = (("cluster_created", "RayCluster created"), ("cluster_ready", "RayCluster ready"),
-              ("seen_ready", "ready, seen by the controller"))
+              ("seen_ready", "ready, seen by the controller"),
+              ("driver_created", "driver pod created"))
 
 
 @dataclass
@@ -147,6 +153,7 @@ class Times:
     cluster_created: float | None = None
     cluster_ready: float | None = None
     seen_ready: float | None = None
+    driver_created: float | None = None
 
 
 def all_reached(times: dict[str, Times], milestone: str) -> float | None:
@@ -166,21 +173,25 @@ def durations(times: dict[str, Times], milestone: str) -> list[float]:
 
 
 class Timeline:
-    """First sightings of each run's milestones in one namespace, from watches on the runs
-    and on the RayClusters."""
+    """First sightings of each run's milestones in one namespace, from watches on the runs,
+    on the RayClusters and on the driver pods."""
 
     def __init__(self, api: client.ApiClient, namespace: str, kind: Kind):
-        self.custom = client.CustomObjectsApi(api)
-        self.namespace, self.kind = namespace, kind
+        custom = client.CustomObjectsApi(api)
+        self.api, self.namespace, self.kind = api, namespace, kind
         self.times: dict[str, Times] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._follow, args=(kind.group, kind.version, kind.plural,
-                                                        self._on_run), daemon=True),
-            threading.Thread(target=self._follow, args=("ray.io", "v1", "rayclusters",
-                                                        self._on_cluster), daemon=True),
+        lists = [
+            (partial(custom.list_namespaced_custom_object, kind.group, kind.version, namespace,
+                     kind.plural), self._on_run),
+            (partial(custom.list_namespaced_custom_object, "ray.io", "v1", namespace,
+                     "rayclusters"), self._on_cluster),
+            (partial(client.CoreV1Api(api).list_namespaced_pod, namespace,
+                     label_selector=DRIVER_SELECTOR), self._on_driver_pod),
         ]
+        self._threads = [threading.Thread(target=self._follow, args=pair, daemon=True)
+                         for pair in lists]
 
     def __enter__(self) -> Timeline:
         for thread in self._threads:
@@ -195,6 +206,13 @@ class Timeline:
     def seen_ready(self) -> int:
         with self._lock:
             return sum(t.seen_ready is not None for t in self.times.values())
+
+    def done(self) -> int:
+        """Runs seen ready and, where the kind starts one, with their driver pod."""
+        with self._lock:
+            return sum(t.seen_ready is not None
+                       and (t.driver_created is not None or not self.kind.starts_driver)
+                       for t in self.times.values())
 
     def clusters_created(self) -> int:
         with self._lock:
@@ -221,27 +239,31 @@ class Timeline:
         if (obj.get("status") or {}).get("state") == "ready":
             self._record(run, "cluster_ready")
 
-    def _follow(self, group: str, version: str, plural: str,
+    def _on_driver_pod(self, obj: dict) -> None:
+        run = (obj["metadata"].get("labels") or {}).get(LABEL_RUN)
+        if run is not None:
+            self._record(run, "driver_created")
+
+    def _follow(self, list_objects: Callable[..., object],
                 on_object: Callable[[dict], None]) -> None:
-        args = (group, version, self.namespace, plural)
         version_seen = None
         while not self._stop.is_set():
             try:
                 if version_seen is None:
-                    listing = self.custom.list_namespaced_custom_object(*args)
+                    # Pods are listed as models, custom objects as dicts.
+                    listing = self.api.sanitize_for_serialization(list_objects())
                     version_seen = listing["metadata"]["resourceVersion"]
                     for obj in listing["items"]:
                         on_object(obj)
-                for event in watch.Watch().stream(
-                    self.custom.list_namespaced_custom_object, *args,
-                    resource_version=version_seen, timeout_seconds=5,
-                ):
+                for event in watch.Watch().stream(list_objects, resource_version=version_seen,
+                                                  timeout_seconds=5):
                     if event["type"] == "ERROR":  # e.g. 410: the version is too old
                         version_seen = None
                         break
-                    version_seen = event["object"]["metadata"]["resourceVersion"]
+                    obj = event["raw_object"]
+                    version_seen = obj["metadata"]["resourceVersion"]
                     if event["type"] in ("ADDED", "MODIFIED"):
-                        on_object(event["object"])
+                        on_object(obj)
             except ApiException as e:
                 version_seen = None if e.status == 410 else version_seen
                 time.sleep(0.2)
@@ -367,7 +389,7 @@ def _apply_and_wait(cluster: LocalCluster, api: client.ApiClient, kind: Kind, na
                         input=yaml.safe_dump_all(bodies), timeout=300)
         deadline = time.monotonic() + arm_timeout(runs)
         reported = -1
-        while (ready := timeline.seen_ready()) < runs and time.monotonic() < deadline:
+        while (ready := timeline.done()) < runs and time.monotonic() < deadline:
             if ready // 25 != reported // 25:
                 progress(f"  {kind.controller}, N={runs}: {ready}/{runs} ready after "
                          f"{time.time() - since:.0f}s")
@@ -449,6 +471,13 @@ def _p50_p95(values: list[float]) -> str:
            f"{report.number(report.percentile(values, 95))}"
 
 
+def _ratio_p50_p95(ours: Arm, theirs: Arm, milestone: str) -> str:
+    ours_times, theirs_times = (durations(a.times, milestone) for a in (ours, theirs))
+    return ", ".join(f"p{q} " + times(ratio(report.percentile(ours_times, q),
+                                            report.percentile(theirs_times, q)))
+                     for q in (50, 95))
+
+
 def section(arms: list[Arm]) -> str:
     rows = []
     for arm in arms:
@@ -479,18 +508,14 @@ def section(arms: list[Arm]) -> str:
         by_n.setdefault(arm.runs, {})[arm.kind.controller] = arm
     for n, pair in by_n.items():
         ours = pair.get(GRPORUNS.controller)
-        for theirs in (pair.get(kind.controller) for kind in RAYJOBS):
-            if ours is None or theirs is None:
-                continue
-            ours_ready, theirs_ready = (durations(a.times, "seen_ready") for a in (ours, theirs))
+        if ours is None:
+            continue
+        for theirs in filter(None, (pair.get(kind.controller) for kind in RAYJOBS)):
+            compared = ["seen_ready", *(["driver_created"] if theirs.kind.starts_driver else [])]
             ratios.append(
-                f"- N={n}, GRPORun ÷ RayJob in {theirs.kind.submission_mode}: ready seen by the "
-                "controller p50 "
-                + times(ratio(report.percentile(ours_ready, 50),
-                              report.percentile(theirs_ready, 50)))
-                + ", p95 "
-                + times(ratio(report.percentile(ours_ready, 95),
-                              report.percentile(theirs_ready, 95)))
+                f"- N={n}, GRPORun ÷ RayJob in {theirs.kind.submission_mode}: "
+                + "; ".join(f"{dict(MILESTONES)[m]} {_ratio_p50_p95(ours, theirs, m)}"
+                            for m in compared)
                 + "; API requests per run (operator + KubeRay vs KubeRay) "
                 + times(ratio(ours.requests[OPERATOR_USER] + ours.requests[KUBERAY_USER],
                               theirs.requests[KUBERAY_USER]))
@@ -506,18 +531,22 @@ def section(arms: list[Arm]) -> str:
         "operator's driver pod, left Pending too) and in `InteractiveMode` (KubeRay starts "
         "nothing once the cluster is ready). Times are from each run's creation; *RayCluster "
         "ready* is KubeRay's `state: ready`; *ready, seen by the controller* is the GRPORun's "
-        "`ClusterReady=True` (when the operator starts the driver) or the RayJob leaving "
-        "`Initializing` (`Running` once KubeRay has created the submitter Job, `Waiting` in "
-        "`InteractiveMode`); *all seen ready* is from the first run's creation to the last run "
-        "seen ready. A `Running` RayJob polls its head's dashboard for the job, which KWOK's "
-        "heads do not serve: here each poll fails at once and KubeRay retries with its error "
-        "back-off, the path a real head's answer takes until the submitter has submitted (the "
-        "job unknown); after that a real head's answer would bring a poll every 3 s. "
-        "Requests: the API server's audit log, by client identity, from the first create until "
-        "every run is ready (KubeRay reconciles the RayClusters of both arms); reads are its "
-        "gets and lists (watches are per process, not per run). Peak RSS of "
-        "each controller's process tree, and CPU seconds of the operator, the API server, etcd "
-        "and KubeRay, over the same window (all share the machine's cores).",
+        "`ClusterReady=True` (written before the operator's pass creates the driver's objects) "
+        "or the RayJob leaving `Initializing` (`Running` once KubeRay has created the submitter "
+        "Job, `Waiting` in `InteractiveMode`); *driver pod created* is the driver's (or "
+        "submitter's) pod made by the Job controller, the same pod in both arms that start one, "
+        "so the milestone that compares like with like; *all seen ready* is from the first "
+        "run's creation to the last run seen ready. A `Running` RayJob polls its head's "
+        "dashboard for the job, which KWOK's heads do not serve: each poll fails at once and "
+        "KubeRay retries it with its error back-off (5 ms doubling per failure), the path a "
+        "real head's answer also takes until the submitter has submitted (the job unknown); "
+        "once it has, a real head would bring a poll every 3 s, so later in the window the "
+        "RayJob arms carry fewer polls here than on a real cluster. Requests: the API server's "
+        "audit log, by client identity, from the first create until every run is seen ready and "
+        "has its driver pod (KubeRay reconciles the RayClusters of both arms); reads are its "
+        "gets and lists (watches are per process, not per run). Peak RSS of each controller's "
+        "process tree, and CPU seconds of the operator, the API server, etcd and KubeRay, over "
+        "the same window (all share the machine's cores).",
         markdown_table(header, rows),
         "\n".join(ratios),
     ]).strip()

@@ -52,7 +52,8 @@ def load() -> str:
 
 
 NOTE_START, NOTE_END = "<!-- note -->", "<!-- /note -->"
-_NOTE = re.compile(re.escape(NOTE_START) + r".*?" + re.escape(NOTE_END), re.S)
+# A marker is a line of its own, so that the markers can be named in a sentence.
+_NOTE = re.compile(f"^{re.escape(NOTE_START)}$.*?^{re.escape(NOTE_END)}$", re.S | re.M)
 
 
 def provenance(command: str, *, started: datetime.datetime, seconds: float,
@@ -68,40 +69,76 @@ def stamped(section: str, line: str) -> str:
     return "\n\n".join(part for part in (heading, line, body.strip()) if part)
 
 
-def sections_of(text: str) -> dict[str, str]:
-    """The ``## `` sections of a document by heading, in order (what precedes the first is
-    the document's head, not a section)."""
+def _split(text: str) -> tuple[str, list[str]]:
+    """The document's head and its ``## `` sections, in order; a ``## `` line inside a fenced
+    code block starts no section."""
+    chunks, fenced = [[]], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if line.startswith("## ") and not fenced:
+            chunks.append([])
+        chunks[-1].append(line)
+    head, *sections = ("\n".join(chunk).strip() for chunk in chunks)
+    return head, sections
+
+
+def _heading(section: str) -> str:
+    return section.partition("\n")[0].strip()
+
+
+def _by_heading(sections: Sequence[str], where: str) -> dict[str, str]:
     found: dict[str, str] = {}
-    for chunk in re.split(r"(?m)^(?=## )", text)[1:]:
-        found[chunk.partition("\n")[0].strip()] = chunk.strip()
+    for section in sections:
+        heading = _heading(section)
+        if not heading.startswith("## "):
+            raise ValueError(f"{where}: a section must start with a '## ' heading: {heading!r}")
+        if heading in found:
+            raise ValueError(f"{where}: two sections named {heading!r}")
+        found[heading] = section.strip()
     return found
 
 
-def merge(previous: str, fresh: Sequence[str]) -> list[str]:
-    """The sections to write when ``previous`` is on disk: each fresh section with the notes
+def notes_in(text: str, where: str) -> list[str]:
+    """The notes in ``text``, markers included (each on a line of its own); a marker left
+    open or closed twice is an error, not a note silently lost."""
+    notes = _NOTE.findall(text)
+    lines = [line.strip() for line in text.splitlines()]
+    if lines.count(NOTE_START) != len(notes) or lines.count(NOTE_END) != len(notes):
+        raise ValueError(f"{where}: a {NOTE_START} without its {NOTE_END}, or the reverse")
+    return notes
+
+
+def sections_of(text: str) -> dict[str, str]:
+    """The ``## `` sections of a document by heading, in order."""
+    return _by_heading(_split(text)[1], "the document")
+
+
+def merge(previous: str, fresh: Sequence[str]) -> str:
+    """The document to write over ``previous``: each fresh section with the notes
     (``NOTE_START`` ... ``NOTE_END``) its namesake carried, after its own text; the previous
-    sections this run did not measure, as they were and where they were; new ones last.
-    Measured figures and the paragraphs written by hand about them are never dropped by
-    re-running one part."""
-    new = {section.strip().partition("\n")[0].strip(): section.strip() for section in fresh}
+    sections this run did not measure, as they were and where they were; new ones last; the
+    notes of the previous head under the new head. Measured figures and the paragraphs
+    written by hand about them are never dropped by re-running one part."""
+    head, old_sections = _split(previous)
+    new = _by_heading(fresh, "this run")
     merged = []
-    for heading, old in sections_of(previous).items():
+    for heading, old in _by_heading(old_sections, "the previous document").items():
         if heading not in new:
             merged.append(old)
             continue
-        notes = _NOTE.findall(old)
-        merged.append("\n\n".join([new.pop(heading), *notes]))
-    return merged + list(new.values())
+        merged.append("\n\n".join([new.pop(heading), *notes_in(old, heading)]))
+    return document(merged + list(new.values()), head_notes=notes_in(head, "the head"))
 
 
-def document(sections: Sequence[str]) -> str:
+def document(sections: Sequence[str], head_notes: Sequence[str] = ()) -> str:
     """docs/benchmarks.md: what it is, then each part's sections."""
     head = "\n".join([
         "# Benchmarks",
         "",
-        "Written by `make bench` (`hack/bench/`); numbers from one run on one machine, "
-        "with the peers measured in the same run. Each section says when, where and how it "
-        "was measured; re-running one part replaces its sections and keeps the others, and "
-        f"the paragraphs between `{NOTE_START}` and `{NOTE_END}` stay with their section.",
+        "Written by `make bench` (`hack/bench/`); each section's numbers are from one run on "
+        "one machine, with the peers measured in the same run, and it says when, where and "
+        "how. Re-running one part replaces its sections and keeps the others, and the "
+        f"paragraphs between `{NOTE_START}` and `{NOTE_END}` stay with their section.",
     ])
-    return "\n\n".join([head, *(section.strip() for section in sections)]) + "\n"
+    return "\n\n".join([head, *head_notes, *(section.strip() for section in sections)]) + "\n"

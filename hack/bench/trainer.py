@@ -12,7 +12,6 @@ returns the markdown (``trainer_sections``).
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import re
@@ -231,7 +230,6 @@ def sections(progress: Progress) -> list[str]:
         "trl_version": versions["trl"],
         "torch_version": versions["torch"].split("+")[0],
         "transformers_version": versions["transformers"],
-        "date": datetime.date.today().isoformat(),
         "runtime_s": time.monotonic() - start,
         "cores": os.cpu_count(),
         "load_before": f"{load_before:.1f}",

@@ -202,7 +202,7 @@ def comparison(results: list[dict], context: dict) -> str:
         f"many of the {context['cores']} cores other processes kept busy, on average, while "
         f"that side ran: the higher, the less its figures mean. {_vllm_note(results)}",
         table,
-        f"Measured {context['date']} in {context['runtime_s'] / 60:.1f} minutes on "
+        f"The trainer part took {context['runtime_s'] / 60:.1f} minutes on "
         f"{context['cores']} cores shared with other work; load average (1 min) "
         f"{context['load_before']} before, {context['load_after']} after.",
     ])

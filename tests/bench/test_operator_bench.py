@@ -7,13 +7,15 @@ import json
 from collections import Counter
 
 import pytest
+from kubernetes.client import ApiClient
 
 from bench import operator_vs_rayjob as bench
+from grpo_operator.api.constants import LABEL_RUN
 from grpo_operator.api.spec import GRPORunSpec
-from grpo_operator.children.driver_job import driver_job
 from grpo_operator.children.meta import RunRef
 from grpo_operator.children.raycluster import ray_cluster
 from localcluster.audit import READS, requests_by_user
+from localcluster.components import DRIVER_SELECTOR
 
 
 def _event(audit_id: str, user: str, at: str, stage: str = "ResponseComplete",
@@ -51,17 +53,35 @@ def test_a_rayjob_asks_for_the_cluster_the_operator_builds(mode):
     assert worker["nodeSelector"] == {"grpo.dev/node-pool": "gpu"}
 
 
+def _selects(selector: str, labels: dict[str, str]) -> bool:
+    return all(labels.get(key) == value
+               for key, value in (term.split("=") for term in selector.split(",")))
+
+
 def test_a_submitting_rayjob_starts_the_operators_driver_pod_and_an_interactive_one_nothing():
-    spec = GRPORunSpec.model_validate(bench.grporun("run-007")["spec"])
-    driver = driver_job(spec, RunRef("run-007", "ns", ""), attempt=1)["spec"]["template"]
-    submitting = bench.rayjob("run-007", "ns", "K8sJobMode")["spec"]
-    assert submitting["submitterPodTemplate"] == driver
-    # The label that leaves the operator's driver pods Pending in the bench leaves these too.
-    assert driver["metadata"]["labels"]["grpo.dev/role"] == "driver"
-    assert submitting["entrypoint"] == "python -m grpo_trainer submit --config " \
-        "/etc/grpo/run-config.json"
-    interactive = bench.rayjob("run-007", "ns", "InteractiveMode")["spec"]
-    assert "submitterPodTemplate" not in interactive and "entrypoint" not in interactive
+    submitter = bench.rayjob("run-007", "ns", "K8sJobMode")["spec"]["submitterPodTemplate"]
+    labels = submitter["metadata"]["labels"]
+    # Left Pending as the operator's driver pods are, and found by the bench's driver watch.
+    assert _selects(DRIVER_SELECTOR, labels) and labels[LABEL_RUN] == "run-007"
+    container = submitter["spec"]["containers"][0]
+    # KubeRay keeps a submitter's own command: the pod runs what the operator's driver runs.
+    assert container["command"][:4] == ["python", "-m", "grpo_trainer", "submit"]
+    assert submitter["spec"]["serviceAccountName"] == "run-007-trainer"
+    assert "submitterPodTemplate" not in bench.rayjob("run-007", "ns", "InteractiveMode")["spec"]
+
+
+def test_a_run_is_done_once_seen_ready_and_with_its_driver_pod_where_its_kind_starts_one():
+    ready = {"status": {"conditions": [{"type": "ClusterReady", "status": "True"}]}}
+    operator = bench.Timeline(ApiClient(), "ns", bench.GRPORUNS)
+    operator._on_run({"metadata": {"name": "a"}, **ready})
+    operator._on_run({"metadata": {"name": "b"}, **ready})
+    operator._on_driver_pod({"metadata": {"labels": {LABEL_RUN: "a"}}})
+    operator._on_driver_pod({"metadata": {"labels": {}}})  # not a run's: ignored
+    assert (operator.seen_ready(), operator.done()) == (2, 1)
+    assert operator.times["a"].driver_created is not None
+    interactive = bench.Timeline(ApiClient(), "ns", bench.RAYJOBS[1])
+    interactive._on_run({"metadata": {"name": "a"}, "status": {"jobDeploymentStatus": "Waiting"}})
+    assert interactive.done() == 1
 
 
 def test_what_a_rayjob_user_provides_is_owned_by_no_grporun():
@@ -92,9 +112,10 @@ def test_durations_count_from_creation_and_skip_what_was_not_reached():
     assert bench.all_reached(times, "seen_ready") is None
 
 
-def _arm(kind, runs, ready_after, requests, rss, reads=None, cpu=None):
+def _arm(kind, runs, ready_after, requests, rss, reads=None, cpu=None, driver_after=None):
     times = {f"r{i}": bench.Times(created=0.0, cluster_created=ready_after / 2,
-                                  cluster_ready=ready_after, seen_ready=ready_after)
+                                  cluster_ready=ready_after, seen_ready=ready_after,
+                                  driver_created=driver_after)
              for i in range(runs)}
     return bench.Arm(kind, runs, times, Counter(requests), Counter(reads or {}), rss,
                      cpu or {}, seconds=30, load=1.5)
@@ -104,22 +125,26 @@ def test_the_section_tabulates_both_arms_and_their_ratios():
     arms = [
         _arm(bench.GRPORUNS, 4, 3.0, {bench.OPERATOR_USER: 40, bench.KUBERAY_USER: 20},
              {"operator": 100 * 2**20, "kuberay": 50 * 2**20}, {bench.OPERATOR_USER: 2},
-             {"operator": 12.0, "kube-apiserver": 20.4, "etcd": 3.0, "kuberay-operator": 5.0}),
-        *(_arm(kind, 4, ready_after, {bench.KUBERAY_USER: 30}, {"kuberay": 60 * 2**20},
-               cpu={"kube-apiserver": 10.0, "etcd": 2.0, "kuberay-operator": 6.0})
-          for kind, ready_after in zip(bench.RAYJOBS, (2.5, 2.0), strict=True)),
+             {"operator": 12.0, "kube-apiserver": 20.4, "etcd": 3.0, "kuberay-operator": 5.0},
+             driver_after=3.5),
+        _arm(bench.RAYJOBS[0], 4, 2.5, {bench.KUBERAY_USER: 40}, {"kuberay": 60 * 2**20},
+             cpu={"kube-apiserver": 10.0, "etcd": 2.0, "kuberay-operator": 6.0},
+             driver_after=7.0),
+        _arm(bench.RAYJOBS[1], 4, 2.0, {bench.KUBERAY_USER: 30}, {"kuberay": 60 * 2**20},
+             cpu={"kube-apiserver": 10.0, "etcd": 2.0, "kuberay-operator": 6.0}),
     ]
     text = bench.section(arms)
     rows = [line for line in text.splitlines() if line.startswith("| 4 ")]
     assert rows == [
-        "| 4 | grpo-operator | 4/4 | 1.5 / 1.5 | 3.0 / 3.0 | 3.0 / 3.0 | 3.0 | 10.0 | 0.5 | 5.0 "
-        "| 100 | 50 | 12 | 20 | 3 | 5 | 30 | 1.5 |",
-        "| 4 | KubeRay RayJob (K8sJobMode) | 4/4 | 1.2 / 1.2 | 2.5 / 2.5 | 2.5 / 2.5 | 2.5 | – "
-        "| – | 7.5 | – | 60 | – | 10 | 2 | 6 | 30 | 1.5 |",
-        "| 4 | KubeRay RayJob (InteractiveMode) | 4/4 | 1.0 / 1.0 | 2.0 / 2.0 | 2.0 / 2.0 | 2.0 "
-        "| – | – | 7.5 | – | 60 | – | 10 | 2 | 6 | 30 | 1.5 |",
+        "| 4 | grpo-operator | 4/4 | 1.5 / 1.5 | 3.0 / 3.0 | 3.0 / 3.0 | 3.5 / 3.5 | 3.0 | 10.0 "
+        "| 0.5 | 5.0 | 100 | 50 | 12 | 20 | 3 | 5 | 30 | 1.5 |",
+        "| 4 | KubeRay RayJob (K8sJobMode) | 4/4 | 1.2 / 1.2 | 2.5 / 2.5 | 2.5 / 2.5 | 7.0 / 7.0 "
+        "| 2.5 | – | – | 10.0 | – | 60 | – | 10 | 2 | 6 | 30 | 1.5 |",
+        "| 4 | KubeRay RayJob (InteractiveMode) | 4/4 | 1.0 / 1.0 | 2.0 / 2.0 | 2.0 / 2.0 | – / – "
+        "| 2.0 | – | – | 7.5 | – | 60 | – | 10 | 2 | 6 | 30 | 1.5 |",
     ]
-    assert ("- N=4, GRPORun ÷ RayJob in K8sJobMode: ready seen by the controller p50 1.20×, "
-            "p95 1.20×; API requests per run (operator + KubeRay vs KubeRay) 2.00×") in text
-    assert ("- N=4, GRPORun ÷ RayJob in InteractiveMode: ready seen by the controller p50 "
+    assert ("- N=4, GRPORun ÷ RayJob in K8sJobMode: ready, seen by the controller p50 1.20×, "
+            "p95 1.20×; driver pod created p50 0.50×, p95 0.50×; API requests per run "
+            "(operator + KubeRay vs KubeRay) 1.50×") in text
+    assert ("- N=4, GRPORun ÷ RayJob in InteractiveMode: ready, seen by the controller p50 "
             "1.50×, p95 1.50×; API requests per run (operator + KubeRay vs KubeRay) 2.00×") in text

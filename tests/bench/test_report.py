@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import datetime
+import re
 
 import pytest
 
-from bench.report import document, machine, merge, number, percentile, provenance, stamped
+from bench.report import (
+    document,
+    machine,
+    merge,
+    number,
+    percentile,
+    provenance,
+    sections_of,
+    stamped,
+)
 
 
 @pytest.mark.parametrize(("q", "expected"), [(0, 1.0), (50, 2.5), (95, 3.85), (100, 4.0)])
@@ -71,7 +81,8 @@ Operator gap.
 
 
 def test_a_rerun_part_replaces_its_section_and_keeps_the_notes_written_about_it():
-    merged = merge(PREVIOUS, ["## Trainer\n\nMeasured today.\n\n| new table |"])
+    text = merge(PREVIOUS, ["## Trainer\n\nMeasured today.\n\n| new table |"])
+    merged = list(sections_of(text).values())
     assert [m.partition("\n")[0] for m in merged] == [
         "## Trainer", "## Checkpoint (one-off)", "## Operator"]
     trainer = merged[0]
@@ -82,15 +93,39 @@ def test_a_rerun_part_replaces_its_section_and_keeps_the_notes_written_about_it(
     # What this run did not measure stays as it was.
     assert merged[1] == "## Checkpoint (one-off)\n\nWritten by hand, never generated."
     assert merged[2] == PREVIOUS[PREVIOUS.index("## Operator"):].strip()
+    assert text.startswith(document([]).strip()) and "Old head." not in text
+    # Written back and re-run, the same part gives the same document.
+    assert merge(text, ["## Trainer\n\nMeasured today.\n\n| new table |"]) == text
 
 
 def test_a_new_section_comes_last_and_nothing_previous_is_lost():
-    merged = merge(PREVIOUS, ["## Recovery\n\nnew", "## Operator\n\nMeasured today."])
+    text = merge(PREVIOUS, ["## Recovery\n\nnew", "## Operator\n\nMeasured today."])
+    merged = list(sections_of(text).values())
     assert [m.partition("\n")[0] for m in merged] == [
         "## Trainer", "## Checkpoint (one-off)", "## Operator", "## Recovery"]
     assert merged[2] == "## Operator\n\nMeasured today.\n\n<!-- note -->\nOperator gap.\n" \
         "<!-- /note -->"
-    assert merge("", ["## A\n\nx"]) == ["## A\n\nx"]
+    assert merge("", ["## A\n\nx"]) == document(["## A\n\nx"])
+
+
+def test_notes_in_the_head_and_headings_in_code_blocks_are_kept_where_they_are():
+    previous = ("# Benchmarks\n\nold\n\n<!-- note -->\nAbout all runs.\n<!-- /note -->\n\n"
+                "## A\n\nold\n\n<!-- note -->\n```\n## not a heading\n```\n<!-- /note -->\n")
+    text = merge(previous, ["## A\n\nnew"])
+    assert text.index("About all runs.") < text.index("## A")
+    assert list(sections_of(text)) == ["## A"]
+    assert sections_of(text)["## A"].endswith("```\n## not a heading\n```\n<!-- /note -->")
+
+
+@pytest.mark.parametrize(("previous", "fresh", "says"), [
+    ("## A\n\n<!-- note -->\nnever closed\n", ["## A\n\nnew"], "without its"),
+    ("## A\n\none\n\n## A\n\ntwo\n", ["## B"], "two sections named '## A'"),
+    ("## A\n", ["## B", "## B"], "two sections named '## B'"),
+    ("## A\n", ["no heading"], "must start with a '## ' heading"),
+])
+def test_what_merge_cannot_place_is_an_error_not_a_loss(previous, fresh, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
+        merge(previous, fresh)
 
 
 def test_the_machine_line_names_cores_and_memory():

@@ -8,7 +8,7 @@ from bench.experiment import by_name
 from bench.tables import rate, seconds
 
 CONTEXT = {"trl_version": "1.13.0", "torch_version": "2.13.0", "transformers_version": "5.19.0",
-           "date": "2026-11-29", "runtime_s": 600.0, "cores": 2, "load_before": "1.0",
+           "runtime_s": 600.0, "cores": 2, "load_before": "1.0",
            "load_after": "2.0"}
 
 
