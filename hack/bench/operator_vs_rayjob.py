@@ -389,16 +389,16 @@ def _apply_and_wait(cluster: LocalCluster, api: client.ApiClient, kind: Kind, na
                         input=yaml.safe_dump_all(bodies), timeout=300)
         deadline = time.monotonic() + arm_timeout(runs)
         reported = -1
-        while (ready := timeline.done()) < runs and time.monotonic() < deadline:
-            if ready // 25 != reported // 25:
-                progress(f"  {kind.controller}, N={runs}: {ready}/{runs} ready after "
+        while (done := timeline.done()) < runs and time.monotonic() < deadline:
+            if done // 25 != reported // 25:
+                progress(f"  {kind.controller}, N={runs}: {done}/{runs} done after "
                          f"{time.time() - since:.0f}s")
-                reported = ready
+                reported = done
             time.sleep(0.5)
         until = time.time()
         cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
-    progress(f"  {kind.controller}, N={runs}: {timeline.seen_ready()}/{runs} ready after "
-             f"{until - since:.0f}s")
+    progress(f"  {kind.controller}, N={runs}: {timeline.done()}/{runs} done (seen ready"
+             f"{', driver pod made' if kind.starts_driver else ''}) after {until - since:.0f}s")
     requests = read_requests_by_user(cluster.audit_log, since, until)
     reads = read_requests_by_user(cluster.audit_log, since, until, READS)
     return Arm(kind, runs, timeline.times, requests, reads, peak.peak, cpu, until - since)
