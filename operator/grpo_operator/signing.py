@@ -24,7 +24,7 @@ import secrets
 from kubernetes import dynamic
 from kubernetes.client.rest import ApiException
 
-from grpo_operator.kube import REQUEST_TIMEOUT
+from grpo_operator.kube import REQUEST_TIMEOUT, decoded
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,8 @@ def load_or_create_signing_key(secret_api: dynamic.Resource, namespace: str, nam
                  .decode()},
     }
     try:
-        secret_api.create(body=body, namespace=namespace, _request_timeout=REQUEST_TIMEOUT)
+        secret_api.create(body=body, namespace=namespace, serializer=decoded,
+                          _request_timeout=REQUEST_TIMEOUT)
         log.info("created the report signing key in Secret %s/%s", namespace, name)
     except ApiException as e:
         if e.status != 409:  # another replica made it first: use that one
@@ -72,8 +73,8 @@ def load_or_create_signing_key(secret_api: dynamic.Resource, namespace: str, nam
 
 
 def _read(secret_api: dynamic.Resource, namespace: str, name: str) -> bytes:
-    secret = secret_api.get(name=name, namespace=namespace,
-                         _request_timeout=REQUEST_TIMEOUT).to_dict()
+    secret = secret_api.get(name=name, namespace=namespace, serializer=decoded,
+                            _request_timeout=REQUEST_TIMEOUT)
     encoded = (secret.get("data") or {}).get(SIGNING_SECRET_KEY)
     key = base64.b64decode(encoded) if encoded else b""
     if len(key) < _KEY_BYTES:

@@ -8,6 +8,7 @@ import contextlib
 import pytest
 from kubernetes import client, dynamic
 
+from grpo_operator import kube as kube_module
 from grpo_operator.acceptance import Confinement
 from grpo_operator.api.constants import KIND, LABEL_RUN
 from grpo_operator.cache import CHILD_KINDS, RUN_KIND, ObjectCache
@@ -175,3 +176,23 @@ def test_a_new_leader_reads_the_secrets_another_made_and_creates_nothing(
         assert (requests, reads) == (1, 1), "the Ray token Secret, read once"
         successor.reconcile(namespace, "handed-over")
         assert successor.kube.take_request_count() == (0, 0)  # remembered now
+
+
+def test_a_sweep_listing_reads_every_page(k8s_api, chart_identity, namespace, monkeypatch):
+    """The listing follows the API server's continue tokens to the end, and takes the labelled
+    objects only: a sweep that stopped at its first page would drop the rest from the cache."""
+    monkeypatch.setattr(kube_module, "LIST_PAGE", 2)
+    config_maps = dynamic.DynamicClient(k8s_api).resources.get(api_version="v1",
+                                                                kind="ConfigMap")
+    for i, labels in enumerate([{LABEL_RUN: f"run-{i}"} for i in range(5)] + [{}]):
+        config_maps.create(namespace=namespace, body={
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": f"paged-{i}", "labels": labels}})
+    kube = Kube(chart_identity.api_client(), ObjectCache())
+    config_map_kind = next(kind for kind in CHILD_KINDS if kind.kind == "ConfigMap")
+
+    listed = kube.list_labelled(config_map_kind, namespace)
+
+    assert {name for _, name, _ in listed} == {f"paged-{i}" for i in range(5)}
+    assert all(ns == namespace and uid for ns, _, uid in listed)
+    assert kube.take_request_count() == (3, 3)  # pages of 2, 2 and 1
