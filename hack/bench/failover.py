@@ -38,6 +38,7 @@ from bench.tables import MISSING, markdown_table
 from demo import inputs
 from grpo_operator.api.constants import GROUP, LABEL_RUN, PLURAL, VERSION
 from localcluster import LocalCluster
+from localcluster.nodes import cpu_nodes_for
 from localcluster.operator_process import OperatorProcess
 from localcluster.processes import free_port
 
@@ -141,7 +142,8 @@ def _kill_the_leader(cluster: LocalCluster, api: client.ApiClient, kubeconfig: P
 def measure(runs: int, progress: Callable[[str], None]) -> Failover:
     nodes = runs // GPUS_PER_NODE + 2
     progress(f"failover: starting a local cluster with {nodes} GPU nodes")
-    with LocalCluster.start(gpu_nodes=nodes, run_driver_pods=False) as cluster:
+    with LocalCluster.start(gpu_nodes=nodes, cpu_nodes=cpu_nodes_for(runs),
+                            run_driver_pods=False) as cluster:
         cluster.install_crd(CRD)
         api = cluster.api_client()
         try:

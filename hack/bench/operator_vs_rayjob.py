@@ -1,7 +1,8 @@
 """Operator vs KubeRay's RayJob controller: N runs applied at once on the local cluster.
 
-For each N, on one local cluster with enough fake 8-GPU nodes, the API server's audit log on,
-and driver pods left Pending (nothing trains: only creation and readiness compare):
+For each N, on one local cluster with enough fake 8-GPU nodes and CPU nodes for every driver
+pod, the API server's audit log on, and driver pods left Pending (nothing trains: only creation
+and readiness compare):
 
 1. N GRPORuns (the tiny example, one 1-GPU worker on the GPU pool) in one ``kubectl create``,
    served by the operator running as a ServiceAccount of its own;
@@ -51,7 +52,7 @@ from grpo_operator.children.raycluster import ray_cluster
 from localcluster import LocalCluster
 from localcluster.audit import READS, read_requests_by_user
 from localcluster.components import DRIVER_SELECTOR
-from localcluster.nodes import GPU_POOL_LABEL, GPU_TAINT
+from localcluster.nodes import GPU_POOL_LABEL, GPU_TAINT, cpu_nodes_for
 from localcluster.operator_process import OperatorProcess
 from localcluster.pki import COMPONENT_USERS
 from localcluster.processes import cpu_seconds, tree_rss
@@ -445,8 +446,8 @@ def measure(runs: tuple[int, ...], progress: Callable[[str], None]) -> list[Arm]
     nodes = math.ceil(max(runs) / GPUS_PER_NODE) + 1
     progress(f"operator vs RayJob: starting a local cluster with {nodes} GPU nodes")
     arms: list[Arm] = []
-    with LocalCluster.start(gpu_nodes=nodes, run_driver_pods=False,
-                            keep_audit_log=True) as cluster:
+    with LocalCluster.start(gpu_nodes=nodes, cpu_nodes=cpu_nodes_for(max(runs)),
+                            run_driver_pods=False, keep_audit_log=True) as cluster:
         cluster.install_crd(CRD)
         api = cluster.api_client()
         try:
@@ -523,8 +524,9 @@ def section(arms: list[Arm]) -> str:
     return "\n\n".join([
         "## Operator vs KubeRay's RayJob controller",
         "N runs created at once (one `kubectl create`) on the local control plane, enough fake "
-        f"{GPUS_PER_NODE}-GPU KWOK nodes for all of them, driver pods left Pending (nothing "
-        "trains). GRPORuns: the tiny example with one 1-GPU worker, served by the operator "
+        f"{GPUS_PER_NODE}-GPU KWOK nodes for all of them and CPU nodes with room for every "
+        "driver pod, driver pods left Pending (nothing trains). GRPORuns: the tiny example "
+        "with one 1-GPU worker, served by the operator "
         "(cluster-wide, default settings). RayJobs: the same RayCluster spec, as the operator's "
         "builder makes it, served by the KubeRay operator alone, in `K8sJobMode` (RayJob's "
         "default: once the cluster is ready KubeRay creates a submitter Job whose pod is the "

@@ -12,9 +12,10 @@ The harness plays the kubelet of two kinds of pods KWOK leaves alone: driver pod
 (``driver_runner``: the trainer's driver as a local process) and the Ray pods of the operator's
 RayClusters (``ray_pods``: each pod its own Ray node, head or worker).
 
-Options for benchmarks: ``gpu_nodes`` (the GPU pool's size), ``run_driver_pods=False`` (driver
-pods stay Pending and KWOK fakes Ray pods, instead of each run training on real Ray nodes) and
-``keep_audit_log`` (the API server writes ``audit_log``, to count requests by client).
+Options for benchmarks: ``gpu_nodes`` and ``cpu_nodes`` (the pools' sizes),
+``run_driver_pods=False`` (driver pods stay Pending and KWOK fakes Ray pods, instead of each run
+training on real Ray nodes) and ``keep_audit_log`` (the API server writes ``audit_log``, to
+count requests by client).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class LocalCluster:
     kubeconfig: Path = field(default=Path())
     owns_root: bool = True
     gpu_nodes: int = 2
+    cpu_nodes: int = 1
     run_driver_pods: bool = True
     keep_audit_log: bool = False
     driver_runner: DriverRunner | None = None
@@ -64,7 +66,7 @@ class LocalCluster:
 
     @classmethod
     def start(cls, root: Path | None = None, *, tools: Toolset | None = None,
-              gpu_nodes: int = 2, run_driver_pods: bool = True,
+              gpu_nodes: int = 2, cpu_nodes: int = 1, run_driver_pods: bool = True,
               keep_audit_log: bool = False) -> LocalCluster:
         owns_root = root is None
         root = Path(tempfile.mkdtemp(prefix="grpo-localcluster-")) if root is None else root
@@ -76,6 +78,7 @@ class LocalCluster:
             pki=pki.generate(root / "pki"),
             owns_root=owns_root,
             gpu_nodes=gpu_nodes,
+            cpu_nodes=cpu_nodes,
             run_driver_pods=run_driver_pods,
             keep_audit_log=keep_audit_log,
         )
@@ -101,8 +104,8 @@ class LocalCluster:
             # KWOK leaves the pods the harness plays alone (drivers, and Ray pods if run).
             components.start_kwok(ctx, self.server, components.PLAYED_SELECTOR
                                   if self.run_driver_pods else components.DRIVER_SELECTOR)
-            self.kubectl("apply", "-f", "-",
-                         input=yaml.safe_dump_all(nodes.default_nodes(self.gpu_nodes)))
+            pools = nodes.default_nodes(self.gpu_nodes, self.cpu_nodes)
+            self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(pools))
             self.kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=60s")
         with self._phase("kuberay-operator"):
             for crd in self.tools.kuberay_crds:

@@ -48,14 +48,25 @@ def gpu_node(name: str, gpus: int = 8) -> dict:
     )
 
 
+# The kubelet's default pod limit: what bounds how many driver pods a CPU node takes.
+CPU_NODE_PODS = 110
+
+
 def cpu_node(name: str) -> dict:
     return _node(
         name,
         {GPU_POOL_LABEL: "cpu"},
-        {"cpu": "32", "memory": "128Gi", "pods": "110", "ephemeral-storage": "500Gi"},
+        {"cpu": "32", "memory": "128Gi", "pods": str(CPU_NODE_PODS), "ephemeral-storage": "500Gi"},
         [],
     )
 
 
-def default_nodes(gpu_nodes: int = 2) -> list[dict]:
-    return [gpu_node(f"gpu-{i}") for i in range(gpu_nodes)] + [cpu_node("cpu-0")]
+def default_nodes(gpu_nodes: int = 2, cpu_nodes: int = 1) -> list[dict]:
+    return ([gpu_node(f"gpu-{i}") for i in range(gpu_nodes)]
+            + [cpu_node(f"cpu-{i}") for i in range(cpu_nodes)])
+
+
+def cpu_nodes_for(drivers: int) -> int:
+    """CPU nodes enough for ``drivers`` driver pods at once (a bench's batch): with fewer, the
+    ones beyond the pod limit are unschedulable, and the operator rightly warns of each."""
+    return max(1, -(-drivers // CPU_NODE_PODS))

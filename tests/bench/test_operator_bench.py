@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 from kubernetes.client import ApiClient
+from kubernetes.utils import parse_quantity
 
 from bench import operator_vs_rayjob as bench
 from grpo_operator.api.constants import LABEL_RUN
@@ -16,6 +17,7 @@ from grpo_operator.children.meta import RunRef
 from grpo_operator.children.raycluster import ray_cluster
 from localcluster.audit import READS, requests_by_user
 from localcluster.components import DRIVER_SELECTOR
+from localcluster.nodes import cpu_nodes_for, default_nodes
 
 
 def _event(audit_id: str, user: str, at: str, stage: str = "ResponseComplete",
@@ -148,3 +150,17 @@ def test_the_section_tabulates_both_arms_and_their_ratios():
             "(operator + KubeRay vs KubeRay) 1.50×") in text
     assert ("- N=4, GRPORun ÷ RayJob in InteractiveMode: ready, seen by the controller p50 "
             "1.50×, p95 1.50×; API requests per run (operator + KubeRay vs KubeRay) 2.00×") in text
+
+
+@pytest.mark.parametrize("runs", [1, 50, 110, 111, 200, 1000])
+def test_the_cpu_pool_takes_every_driver_of_a_batch(runs):
+    """A driver pod the pool has no room for is unschedulable, and the operator warns of it
+    with an Event and a status write: costs of the harness, not of the operator's batch."""
+    pool = default_nodes(gpu_nodes=0, cpu_nodes=cpu_nodes_for(runs))
+    driver = bench.grporun("run")["spec"]["resources"]["driver"]
+    for resource, per_driver in (("pods", 1), ("cpu", driver["cpu"]),
+                                 ("memory", driver["memory"])):
+        room = sum(parse_quantity(n["status"]["allocatable"][resource]) // parse_quantity(
+            per_driver) for n in pool)
+        assert room >= runs, resource
+
