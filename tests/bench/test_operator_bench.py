@@ -163,4 +163,3 @@ def test_the_cpu_pool_takes_every_driver_of_a_batch(runs):
         room = sum(parse_quantity(n["status"]["allocatable"][resource]) // parse_quantity(
             per_driver) for n in pool)
         assert room >= runs, resource
-
