@@ -201,14 +201,19 @@ class ObjectCache:
         with self._lock:
             return version is not None and self._own.get(key) == version
 
-    def remove(self, kind: str, obj: Any) -> None:
+    def remove(self, kind: str, obj: Any) -> bool:
+        """Drop ``obj`` on its deletion's event. Returns False if the cache holds a newer
+        object of its name: kopf handles each object's events apart, so the deletion of an
+        object may be handled after the creation of the next one of that name."""
         key = _key(kind, obj)
         with self._lock:
             current = self._objects.get(key)
-            if current is not None and current.uid == _uid(obj):
-                self._store(key, None)
-                self._own.pop(key, None)
+            if current is not None and current.uid != _uid(obj):
+                return False
+            self._store(key, None)
+            self._own.pop(key, None)
             self._behind.pop(key, None)
+            return True
 
     # -- fed by this process's own requests ------------------------------------------------
 

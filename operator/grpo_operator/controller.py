@@ -139,9 +139,10 @@ class Controller:
         meta = body["metadata"]
         cache = self.kube.cache
         if event_type == "DELETED":
-            cache.remove(KIND, body)
-            cache.forget_run(meta["namespace"], meta["name"])
-            self.forget(meta["namespace"], meta["name"])
+            # A run made anew under the same name keeps its queue entry, backoff and children.
+            if cache.remove(KIND, body):
+                cache.forget_run(meta["namespace"], meta["name"])
+                self.forget(meta["namespace"], meta["name"])
             return
         cache.put(KIND, body)
         if not cache.is_echo(KIND, body):

@@ -22,8 +22,9 @@ def controller() -> Controller:
     return Controller(Kube(client.ApiClient(), ObjectCache()), signing_key=b"k" * 32)
 
 
-def body(kind: str, name: str, version: str = "1", labels: dict | None = None) -> dict:
-    return {"kind": kind, "metadata": {"name": name, "namespace": "team-a", "uid": "u",
+def body(kind: str, name: str, version: str = "1", labels: dict | None = None,
+         uid: str = "u") -> dict:
+    return {"kind": kind, "metadata": {"name": name, "namespace": "team-a", "uid": uid,
                                        "resourceVersion": version, "labels": labels or {}}}
 
 
@@ -90,6 +91,24 @@ def test_a_deleted_run_is_forgotten_with_its_remembered_children():
     assert queued(c) == []
     assert c.kube.cache.get(KIND, "team-a", "r") is None
     assert c.kube.cache.get("Secret", "team-a", "r-ray-auth") is None
+
+
+def test_the_late_deletion_of_a_run_leaves_the_run_made_anew_under_its_name():
+    """kopf handles each object's events apart (by uid): the old run's DELETED may come after
+    the new one's ADDED, while the new one waits out a backoff on the old one's children."""
+    c = controller()
+    c.run_event(None, body(KIND, "r", uid="old"))
+    assert queued(c) == [("team-a", "r")]
+    c.run_event("ADDED", body(KIND, "r", "2", uid="new"))
+    assert queued(c) == [("team-a", "r")]
+    c.enqueue("team-a", "r", delay=60)  # its retry
+    c.run_event("DELETED", body(KIND, "r", "3", uid="old"))
+    assert c.kube.cache.get(KIND, "team-a", "r")["metadata"]["uid"] == "new"
+    assert len(c.queue) == 1
+    # The old run's cluster goes: the new run is woken at once.
+    c.child_event("RayCluster", "DELETED",
+                  body("RayCluster", "r", labels={LABEL_RUN: "r"}, uid="old-cluster"))
+    assert queued(c) == [("team-a", "r")]
 
 
 def test_a_new_generation_of_the_crd_makes_passes_read_their_runs_from_the_api_server():
