@@ -1,11 +1,13 @@
 """Reading the children's state: the RayCluster's health and the driver Job's end. Pure.
 
-KubeRay's ``status.state: ready`` is sticky (it never goes back once reached) and cannot tell
-a lost cluster, so health comes from the HeadPodReady condition and the ready worker count;
-and since KubeRay writes those a while after its pods change, from the pods themselves when
-the pass has them (a head or worker just deleted is not one to start an attempt on).
+Health comes from the cluster's pods, by KubeRay's own rule (the head and the workers Running
+and Ready; a head or worker being deleted is not one to start an attempt on). KubeRay computes
+its status from the same pods but writes it on a later pass of its one-at-a-time queue, seconds
+behind when many clusters come up at once; and its ``status.state: ready`` is sticky (it never
+goes back once reached), so it cannot tell a lost cluster.
 Whether a cluster has ever been ready comes from KubeRay's RayClusterProvisioned condition,
-which is set True once all pods are first ready and then never changes.
+which is set True once all pods are first ready and then never changes (a cluster that lost a
+pod before KubeRay's pass saw them all ready counts as never ready: deadlines bound its wait).
 """
 
 from __future__ import annotations
@@ -31,21 +33,15 @@ def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 
 def cluster_health(ray_cluster: dict[str, Any] | None, workers: int,
-                   pods: list[dict[str, Any]] | None = None) -> ClusterHealth:
-    """``pods``: the cluster's pods (those KubeRay controls for it), None if not read."""
+                   pods: list[dict[str, Any]]) -> ClusterHealth:
+    """``pods``: the cluster's pods (those KubeRay controls for it)."""
     if ray_cluster is None:
         return ClusterHealth.ABSENT
     if ray_cluster["metadata"].get("deletionTimestamp"):
         return ClusterHealth.DELETING
-    head = _condition(ray_cluster, "HeadPodReady")
-    ready_workers = (ray_cluster.get("status") or {}).get("readyWorkerReplicas") or 0
-    if not (head and head.get("status") == "True" and ready_workers >= workers):
-        return ClusterHealth.PROVISIONING
-    if pods is not None and not (
-            any(_ready(p, "head") for p in pods)
-            and sum(_ready(p, "worker") for p in pods) >= workers):
-        return ClusterHealth.PROVISIONING
-    return ClusterHealth.HEALTHY
+    if any(_ready(p, "head") for p in pods) and sum(_ready(p, "worker") for p in pods) >= workers:
+        return ClusterHealth.HEALTHY
+    return ClusterHealth.PROVISIONING
 
 
 def _ready(pod: dict[str, Any], node_type: str) -> bool:

@@ -713,8 +713,9 @@ def _decide(o: Observed) -> Decision:
     if s.phase in (None, Phase.PENDING) and not _accept(d, o):
         return d
 
-    health = cluster_health(o.ray_cluster, o.spec.resources.workers, o.cluster_pods)
-    stuck = pod_problem(o.cluster_pods or []) if health != ClusterHealth.HEALTHY else None
+    ray_pods = o.cluster_pods or []
+    health = cluster_health(o.ray_cluster, o.spec.resources.workers, ray_pods)
+    stuck = pod_problem(ray_pods) if health != ClusterHealth.HEALTHY else None
     _condition(d, o, ConditionType.CLUSTER_READY, health == ClusterHealth.HEALTHY, str(health),
                stuck or "")
     if stuck:

@@ -1,4 +1,4 @@
-"""A RayCluster's health from KubeRay's status and, when the pass has them, its pods."""
+"""A RayCluster's health from its pods, by KubeRay's rule, whatever KubeRay's status says."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from grpo_operator.health import ClusterHealth, cluster_health
 READY_RC = {"metadata": {"name": "r"}, "status": {
     "state": "ready", "readyWorkerReplicas": 1,
     "conditions": [{"type": "HeadPodReady", "status": "True"}]}}
+NEW_RC = {"metadata": {"name": "r"}}  # no status from KubeRay yet
 
 
 def pod(node_type: str, *, ready: bool = True, deleting: bool = False) -> dict:
@@ -17,17 +18,32 @@ def pod(node_type: str, *, ready: bool = True, deleting: bool = False) -> dict:
         "phase": "Running", "conditions": [{"type": "Ready", "status": str(ready)}]}}
 
 
-def test_kuberays_ready_status_is_healthy_only_with_ready_pods_when_pods_are_read():
-    assert cluster_health(READY_RC, 1) == ClusterHealth.HEALTHY  # pods not read
+def test_a_cluster_is_healthy_when_its_head_and_workers_are_running_and_ready():
     assert cluster_health(READY_RC, 1, [pod("head"), pod("worker")]) == ClusterHealth.HEALTHY
-    # KubeRay has not written the head's loss yet: its pods say so first.
+    assert cluster_health(READY_RC, 0, [pod("head")]) == ClusterHealth.HEALTHY
+    assert cluster_health(None, 1, []) == ClusterHealth.ABSENT
+    deleting = {"metadata": {"name": "r", "deletionTimestamp": "2026-12-01T00:00:00Z"}}
+    assert cluster_health(deleting, 1, [pod("head"), pod("worker")]) == ClusterHealth.DELETING
+
+
+def test_the_pods_overrule_kuberays_ready_status():
+    """KubeRay writes a pod's loss on a later pass: the pods say so first."""
+    assert cluster_health(READY_RC, 1, []) == ClusterHealth.PROVISIONING
     assert cluster_health(READY_RC, 1, [pod("worker")]) == ClusterHealth.PROVISIONING
     assert cluster_health(READY_RC, 1, [pod("head", deleting=True), pod("worker")]) == (
         ClusterHealth.PROVISIONING)
     assert cluster_health(READY_RC, 1, [pod("head", ready=False)]) == ClusterHealth.PROVISIONING
-    assert cluster_health(READY_RC, 2, [pod("head")]) == ClusterHealth.PROVISIONING
+    assert cluster_health(READY_RC, 2, [pod("head"), pod("worker")]) == (
+        ClusterHealth.PROVISIONING)
     # A worker being deleted (drained, preempted) while KubeRay still counts it ready.
     assert cluster_health(READY_RC, 1, [pod("head"), pod("worker", deleting=True)]) == (
         ClusterHealth.PROVISIONING)
     assert cluster_health(READY_RC, 1, [pod("head"), pod("worker", ready=False)]) == (
         ClusterHealth.PROVISIONING)
+
+
+def test_ready_pods_are_a_healthy_cluster_before_kuberay_writes_its_status():
+    """KubeRay's status comes from the same pods on a later pass of its queue, seconds behind
+    when many clusters come up at once."""
+    assert cluster_health(NEW_RC, 1, [pod("head"), pod("worker")]) == ClusterHealth.HEALTHY
+    assert cluster_health(NEW_RC, 1, [pod("head")]) == ClusterHealth.PROVISIONING

@@ -47,6 +47,17 @@ HOST_PATHS = Policy(confinement=Confinement(host_path_prefixes=("/",)))
 HEALTHY_RC = {"metadata": {"name": "r"}, "status": {
     "readyWorkerReplicas": 1,
     "conditions": [{"type": "HeadPodReady", "status": "True"}]}}
+
+
+def ray_pod(node_type: str) -> dict:
+    return {"metadata": {"name": f"r-{node_type}", "labels": {"ray.io/node-type": node_type}},
+            "spec": {"containers": [{}]},
+            "status": {"phase": "Running", "startTime": "2026-11-29T11:00:00Z",
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+# A ready cluster as a pass sees it: health comes from its pods.
+HEALTHY = {"ray_cluster": HEALTHY_RC, "cluster_pods": [ray_pod("head"), ray_pod("worker")]}
 RUNNING_JOB = {"metadata": {"name": "r-a1"}, "status": {"active": 1}}
 
 
@@ -79,7 +90,7 @@ def observe(status: GRPORunStatus | None = None, **kw) -> Observed:
 def running_status() -> GRPORunStatus:
     """A run that was accepted, provisioned and started."""
     accepted = decide(observe()).status
-    return decide(observe(accepted, ray_cluster=HEALTHY_RC)).status
+    return decide(observe(accepted, **HEALTHY)).status
 
 
 def report(sequence: int, state=TrainerState.RUNNING, attempt: int = 1, steps: int = 1,
@@ -107,7 +118,7 @@ def test_acceptance_then_provisioning_then_running():
     assert d.status.condition("Accepted").status == "True"
     assert d.status.recovery.attempt == 1 and d.status.children.driver_job == "r-a1"
     assert d.status.ledger.planned_steps == 3
-    d2 = decide(observe(d.status, ray_cluster=HEALTHY_RC))
+    d2 = decide(observe(d.status, **HEALTHY))
     assert d2.status.phase == "Running"
     assert d2.actions == [Action.ENSURE_RUN_CHILDREN, Action.ENSURE_DRIVER_JOB]
     assert d2.status.condition("ClusterReady").status == "True"
@@ -141,7 +152,7 @@ def test_refusal_creates_nothing():
 
 def test_reports_are_mirrored_in_order():
     status = running_status()
-    d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    d = decide(observe(status, **HEALTHY, driver_job=RUNNING_JOB,
                        report_data=report(0)))
     assert d.status.ledger.completed_steps == 1
     # Training's and the evaluations' tokens both count against the budget.
@@ -155,7 +166,7 @@ def test_an_image_newer_than_the_operator_fails_the_run_without_a_restart():
     newer = f"{CONTRACT_VERSION.major}.{CONTRACT_VERSION.minor + 1}"
     # Read before the rest: a newer image's report may not even parse here.
     data = json.dumps(json.loads(report(0)) | {"contractVersion": newer, "newField": 1})
-    d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    d = decide(observe(status, **HEALTHY, driver_job=RUNNING_JOB,
                        report_data=data))
     assert d.status.phase == "Failed" and d.status.recovery.restarts == 0
     assert d.status.terminal.reason == "IncompatibleTrainer"
@@ -169,12 +180,12 @@ def test_an_image_newer_than_the_operator_fails_the_run_without_a_restart():
 def test_the_reporting_images_contract_version_is_recorded():
     status = running_status()
     versioned = report(0)
-    d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    d = decide(observe(status, **HEALTHY, driver_job=RUNNING_JOB,
                        report_data=versioned))
     assert d.status.trainer_contract_version == json.loads(versioned)["contractVersion"]
     unversioned = json.dumps({k: v for k, v in json.loads(report(1)).items()
                               if k != "contractVersion"})  # an image from before versions
-    d = decide(observe(d.status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    d = decide(observe(d.status, **HEALTHY, driver_job=RUNNING_JOB,
                        report_data=unversioned))
     assert d.status.phase == "Running" and d.status.trainer_contract_version == "1.0"
 
@@ -191,11 +202,11 @@ def test_the_first_input_digests_reported_are_kept():
                       recovery=TrainerRecovery(inputs=inputs)).to_json()
 
     status = running_status()
-    kept = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    kept = decide(observe(status, **HEALTHY, driver_job=RUNNING_JOB,
                           report_data=with_inputs(0, 1, None))).status
     assert kept.recovery.inputs is None
     for sequence, inputs in ((1, first), (2, other), (3, None)):
-        kept = decide(observe(kept, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+        kept = decide(observe(kept, **HEALTHY, driver_job=RUNNING_JOB,
                               report_data=with_inputs(sequence, 1, inputs))).status
         assert kept.recovery.inputs == first, sequence
 
@@ -211,9 +222,9 @@ def test_the_first_input_digests_reported_are_kept():
 ])
 def test_bad_reports_are_ignored_with_a_warning(data, why):
     status = running_status()
-    status = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    status = decide(observe(status, **HEALTHY, driver_job=RUNNING_JOB,
                             report_data=report(3, steps=2))).status
-    d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    d = decide(observe(status, **HEALTHY, driver_job=RUNNING_JOB,
                        report_data=data))
     warnings = [e for e in d.events if e.type == "Warning"]
     assert len(warnings) == 1 and warnings[0].reason == "ReportRejected"
@@ -228,9 +239,9 @@ def test_bad_reports_are_ignored_with_a_warning(data, why):
     (sign_report(b"another run's key" * 2, report(4, steps=3)), "bad signature"),
 ])
 def test_a_report_counts_only_signed_with_the_runs_key(signature, why):
-    status = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    status = decide(observe(running_status(), **HEALTHY, driver_job=RUNNING_JOB,
                             report_data=report(3, steps=2))).status
-    d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    d = decide(observe(status, **HEALTHY, driver_job=RUNNING_JOB,
                        report_data=report(4, steps=3), report_signature=signature))
     assert [e.reason for e in d.events] == ["ReportRejected"] and why in d.events[0].message
     assert d.status.ledger.completed_steps == 2
@@ -238,17 +249,17 @@ def test_a_report_counts_only_signed_with_the_runs_key(signature, why):
 
 
 def test_a_sequence_jump_past_the_bound_is_refused_and_later_reports_still_count():
-    status = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    status = decide(observe(running_status(), **HEALTHY, driver_job=RUNNING_JOB,
                             report_data=report(3, steps=1))).status
-    huge = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    huge = decide(observe(status, **HEALTHY, driver_job=RUNNING_JOB,
                           report_data=report(2**53, steps=3)))
     assert [e.reason for e in huge.events] == ["ReportRejected"]
     assert "jumps" in huge.events[0].message
     assert huge.status.accepted_report.sequence == 3
-    first = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    first = decide(observe(running_status(), **HEALTHY, driver_job=RUNNING_JOB,
                            report_data=report(MAX_SEQUENCE_STEP + 1)))
     assert "jumps" in first.events[0].message and first.status.accepted_report is None
-    genuine = decide(observe(huge.status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    genuine = decide(observe(huge.status, **HEALTHY, driver_job=RUNNING_JOB,
                              report_data=report(9, steps=2)))
     assert genuine.events == [] and genuine.status.ledger.completed_steps == 2
 
@@ -256,23 +267,23 @@ def test_a_sequence_jump_past_the_bound_is_refused_and_later_reports_still_count
 def test_a_terminal_success_report_without_the_drivers_exit_0_is_not_a_success():
     """A signed-looking Succeeded report, then the driver pod deleted (no exit code): the
     attempt is lost and restarted, never Succeeded."""
-    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+    d = decide(observe(running_status(), **HEALTHY, driver_job=_job("Failed"),
                        report_data=finished()))
     assert d.status.phase == "Recovering" and d.status.terminal is None
     assert ("Warning", "ReportRejected") in [(e.type, e.reason) for e in d.events]
-    crashed = decide(observe(running_status(), ray_cluster=HEALTHY_RC,
+    crashed = decide(observe(running_status(), **HEALTHY,
                              driver_job=_job("Failed"), driver_pods=[_pod(1)],
                              report_data=finished()))
     assert crashed.status.phase == "Recovering"
 
 
 def test_a_stale_report_is_ignored_and_the_same_one_is_not_news():
-    status = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    status = decide(observe(running_status(), **HEALTHY, driver_job=RUNNING_JOB,
                             report_data=report(3, steps=2))).status
-    same = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    same = decide(observe(status, **HEALTHY, driver_job=RUNNING_JOB,
                           report_data=report(3, steps=2)))
     assert same.events == []
-    stale = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    stale = decide(observe(status, **HEALTHY, driver_job=RUNNING_JOB,
                            report_data=report(2, steps=1)))
     assert [e.reason for e in stale.events] == ["ReportRejected"]
     assert "stale" in stale.events[0].message
@@ -281,14 +292,14 @@ def test_a_stale_report_is_ignored_and_the_same_one_is_not_news():
 
 def test_success_needs_the_terminal_report_with_an_artifact():
     status = running_status()
-    d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=_job("Complete"),
+    d = decide(observe(status, **HEALTHY, driver_job=_job("Complete"),
                        report_data=finished()))
     assert d.status.phase == "Succeeded"
     assert d.status.terminal.artifact.sha256 == "a" * 64
     assert Action.DELETE_RAY_CLUSTER in d.actions
     assert d.status.condition("Succeeded").status == "True"
     assert d.status.condition("Running").status == "False"
-    no_report = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=_job("Complete")))
+    no_report = decide(observe(status, **HEALTHY, driver_job=_job("Complete")))
     assert no_report.status.phase == "Failed"
     assert no_report.status.terminal.reason == "MissingTerminalReport"
 
@@ -298,7 +309,7 @@ def test_success_needs_the_terminal_report_with_an_artifact():
     (15, "WeightSyncIncomplete"),
 ])
 def test_a_non_retryable_failure_ends_the_run_with_the_cause(code, reason):
-    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+    d = decide(observe(running_status(), **HEALTHY, driver_job=_job("Failed"),
                        driver_pods=[_pod(code)]))
     assert d.status.phase == "Failed"
     assert d.status.terminal.reason == reason
@@ -307,15 +318,15 @@ def test_a_non_retryable_failure_ends_the_run_with_the_cause(code, reason):
 
 def test_the_trainers_terminal_report_outranks_the_exit_code():
     failed = finished(outcome="Failed", reason="FrozenInputChanged", artifact=False)
-    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+    d = decide(observe(running_status(), **HEALTHY, driver_job=_job("Failed"),
                        driver_pods=[_pod(1)], report_data=failed))
     assert d.status.terminal.reason == "FrozenInputChanged"
 
 
 def test_cleanup_receipt_only_once_the_cluster_is_gone():
-    status = decide(observe(running_status(), ray_cluster=HEALTHY_RC,
+    status = decide(observe(running_status(), **HEALTHY,
                             driver_job=_job("Complete"), report_data=finished())).status
-    still_there = decide(observe(status, ray_cluster=HEALTHY_RC))
+    still_there = decide(observe(status, **HEALTHY))
     assert still_there.status.terminal.cleanup is None
     assert still_there.actions == [Action.DELETE_RAY_CLUSTER]
     gone = decide(observe(status, ray_cluster=None))
@@ -332,7 +343,7 @@ def test_cleanup_receipt_only_once_the_cluster_is_gone():
 ])
 def test_a_retryable_failure_starts_the_next_attempt_on_the_same_cluster(code, reason):
     pods = [] if code is None else [_pod(code)]
-    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+    d = decide(observe(running_status(), **HEALTHY, driver_job=_job("Failed"),
                        driver_pods=pods))
     s = d.status
     assert s.phase == "Recovering"
@@ -342,7 +353,7 @@ def test_a_retryable_failure_starts_the_next_attempt_on_the_same_cluster(code, r
     assert s.condition("Recovering").status == "True"
     assert d.actions == [Action.ENSURE_RUN_CHILDREN]  # the new attempt's run config
     assert Action.DELETE_RAY_CLUSTER not in d.actions  # the warm cluster is kept
-    resumed = decide(observe(s, ray_cluster=HEALTHY_RC))
+    resumed = decide(observe(s, **HEALTHY))
     assert resumed.status.phase == "Running"
     assert resumed.actions == [Action.ENSURE_RUN_CHILDREN, Action.ENSURE_DRIVER_JOB]
     assert resumed.status.condition("Recovering").status == "False"
@@ -354,13 +365,13 @@ def test_the_trainers_progress_shows_while_it_trains_and_goes_with_its_attempt()
     data = Report(schema_version=1, attempt=1, sequence=0, time=NOW, state=TrainerState.RUNNING,
                   ledger=TrainerLedger(planned_steps=3, completed_steps=1),
                   progress=progress).to_json()
-    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    d = decide(observe(running_status(), **HEALTHY, driver_job=RUNNING_JOB,
                        report_data=data))
     shown = d.status.progress
     assert (shown.activity, shown.percent, shown.eta) == ("Training", 33, "10s")
     assert d.status.condition("Reconciling").message == "running: step 1/3"
     # The attempt fails: the next one reports its own progress; until then there is none.
-    failed = decide(observe(d.status, ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+    failed = decide(observe(d.status, **HEALTHY, driver_job=_job("Failed"),
                             driver_pods=[_pod(14)], report_data=data))
     assert failed.status.phase == "Recovering" and failed.status.progress is None
 
@@ -370,7 +381,7 @@ def test_an_ended_run_keeps_its_progress_without_a_time_left():
                                step_seconds=5.0, remaining_seconds=0.0)
     report = Report.model_validate_json(finished())
     data = report.model_copy(update={"progress": progress}).to_json()
-    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Complete"),
+    d = decide(observe(running_status(), **HEALTHY, driver_job=_job("Complete"),
                        driver_pods=[_pod(0)], report_data=data))
     assert d.status.phase == "Succeeded"
     assert (d.status.progress.percent, d.status.progress.eta) == (100, None)
@@ -385,7 +396,7 @@ def _failure_report(reason: str) -> str:
 
 
 def test_the_trainers_named_failure_says_why_an_attempt_restarts():
-    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+    d = decide(observe(running_status(), **HEALTHY, driver_job=_job("Failed"),
                        driver_pods=[_pod(16)], report_data=_failure_report("WeightSyncMismatch")))
     assert d.status.phase == "Recovering"
     assert "mismatch 0.31 > 0.001" in d.status.condition("Recovering").message
@@ -395,7 +406,7 @@ def test_the_trainers_named_failure_says_why_an_attempt_restarts():
 
 
 def test_a_named_failure_that_the_exit_code_does_not_mean_is_not_believed():
-    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+    d = decide(observe(running_status(), **HEALTHY, driver_job=_job("Failed"),
                        driver_pods=[_pod(14)], report_data=_failure_report("WeightSyncMismatch")))
     assert d.status.phase == "Recovering"
     assert "mismatch" not in d.status.condition("Recovering").message
@@ -405,20 +416,20 @@ def test_a_named_failure_that_the_exit_code_does_not_mean_is_not_believed():
 def test_no_restart_left_fails_the_run():
     status = running_status()
     status.recovery.restarts = SPEC.run_policy.max_restarts
-    d = decide(observe(status, ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+    d = decide(observe(status, **HEALTHY, driver_job=_job("Failed"),
                        driver_pods=[_pod(14)]))
     assert d.status.phase == "Failed"
     assert d.status.terminal.reason == "MaxRestartsExceeded"
 
 
 def test_a_missing_driver_job_is_created_again_under_the_same_attempt():
-    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=None))
+    d = decide(observe(running_status(), **HEALTHY, driver_job=None))
     assert d.status.phase == "Running" and d.status.recovery.attempt == 1
     assert Action.ENSURE_DRIVER_JOB in d.actions
 
 
 def test_a_report_config_map_deleted_mid_run_is_made_again():
-    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    d = decide(observe(running_status(), **HEALTHY, driver_job=RUNNING_JOB,
                        report_map_missing=True))
     assert Action.ENSURE_DRIVER_JOB in d.actions and d.status.phase == "Running"
     assert [e.reason for e in d.events] == ["ChildMissing"]
@@ -453,7 +464,7 @@ def test_why_the_clusters_pods_do_not_start_is_said_on_the_run():
 def test_why_the_driver_does_not_start_is_said_in_the_running_condition():
     missing = _waiting_pod("r-a1-abc", "CreateContainerConfigError",
                            'secret "r-ray-auth" not found')
-    d = decide(observe(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    d = decide(observe(running_status(), **HEALTHY, driver_job=RUNNING_JOB,
                        driver_pods=[missing]))
     running = d.status.condition("Running")
     assert running.status == "True" and d.status.phase == "Running"

@@ -19,6 +19,7 @@ from grpo_operator.reconcile import (
     kueue_verdict,
 )
 from tests.operator.test_reconcile import (
+    HEALTHY,
     HEALTHY_RC,
     HOST_PATHS,
     NOW,
@@ -73,19 +74,19 @@ def rc_created(seconds: float, provisioned: float | None = None) -> dict:
 
 def test_cancel_stops_the_driver_with_a_checkpoint_then_ends_keeping_the_ledger():
     cancel = spec(run_policy={"cancel": True})
-    status = decide(at(running_status(), ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    status = decide(at(running_status(), **HEALTHY, driver_job=RUNNING_JOB,
                        report_data=report(3, steps=1))).status
-    asking = decide(at(status, 1, cancel, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    asking = decide(at(status, 1, cancel, **HEALTHY, driver_job=RUNNING_JOB,
                        report_data=report(3, steps=1)))
     assert asking.status.stopping.reason == "Cancelled"
     assert asking.delete_jobs == ["r-a1"] and Action.DELETE_RAY_CLUSTER not in asking.actions
     assert asking.status.phase == "Running"
     # The driver is going (its Job deleted, the pod still finishing): wait for the checkpoint.
-    waiting = decide(at(asking.status, 2, cancel, ray_cluster=HEALTHY_RC,
+    waiting = decide(at(asking.status, 2, cancel, **HEALTHY,
                         driver_pods=[{"status": {"phase": "Running"}}],
                         report_data=report(3, steps=1)))
     assert waiting.status.phase == "Running" and waiting.delete_jobs == []
-    done = decide(at(waiting.status, 3, cancel, ray_cluster=HEALTHY_RC,
+    done = decide(at(waiting.status, 3, cancel, **HEALTHY,
                      report_data=suspended_report()))
     s = done.status
     assert s.phase == "Cancelled" and s.terminal.reason == "Cancelled"
@@ -99,43 +100,43 @@ def test_a_stop_ends_succeeded_only_on_the_drivers_exit_0():
     """The trainer finished as the cancel came: its Succeeded report stands only with the
     driver's exit 0 (Job or pod); without it the run ends as the stop says."""
     cancel = spec(run_policy={"cancel": True})
-    asking = decide(at(running_status(), 0, cancel, ray_cluster=HEALTHY_RC,
+    asking = decide(at(running_status(), 0, cancel, **HEALTHY,
                        driver_job=RUNNING_JOB)).status
     done = finished()
-    from_pod = decide(at(asking, 2, cancel, ray_cluster=HEALTHY_RC, driver_pods=[_pod(0)],
+    from_pod = decide(at(asking, 2, cancel, **HEALTHY, driver_pods=[_pod(0)],
                          report_data=done))
     assert from_pod.status.phase == "Succeeded"
-    from_job = decide(at(asking, 2, cancel, ray_cluster=HEALTHY_RC,
+    from_job = decide(at(asking, 2, cancel, **HEALTHY,
                          driver_job=_job("Complete"), report_data=done))
     assert from_job.status.phase == "Succeeded"
-    unconfirmed = decide(at(asking, 2, cancel, ray_cluster=HEALTHY_RC, report_data=done))
+    unconfirmed = decide(at(asking, 2, cancel, **HEALTHY, report_data=done))
     assert unconfirmed.status.phase == "Cancelled"
-    crashed = decide(at(asking, 2, cancel, ray_cluster=HEALTHY_RC, driver_pods=[_pod(1)],
+    crashed = decide(at(asking, 2, cancel, **HEALTHY, driver_pods=[_pod(1)],
                         report_data=done))
     assert crashed.status.phase == "Cancelled"
 
 
 def test_a_stop_waits_no_longer_than_the_drivers_grace_period():
     cancel = spec(run_policy={"cancel": True})
-    asking = decide(at(running_status(), 0, cancel, ray_cluster=HEALTHY_RC,
+    asking = decide(at(running_status(), 0, cancel, **HEALTHY,
                        driver_job=RUNNING_JOB))
     pods = [{"status": {"phase": "Running"}}]
     grace = (driver_termination_grace_s(SPEC.resources.termination_grace_period_seconds)
              + Policy().stop_slack_seconds)
-    before = decide(at(asking.status, grace - 1, cancel, ray_cluster=HEALTHY_RC,
+    before = decide(at(asking.status, grace - 1, cancel, **HEALTHY,
                        driver_pods=pods))
     assert before.status.phase == "Running"
-    after = decide(at(asking.status, grace + 1, cancel, ray_cluster=HEALTHY_RC,
+    after = decide(at(asking.status, grace + 1, cancel, **HEALTHY,
                       driver_pods=pods))
     assert after.status.phase == "Cancelled"
 
 
 def test_suspend_checkpoints_deletes_the_cluster_and_resume_starts_a_new_attempt():
     suspend, resume = spec(run_policy={"suspend": True}), SPEC
-    asking = decide(at(running_status(), 0, suspend, ray_cluster=HEALTHY_RC,
+    asking = decide(at(running_status(), 0, suspend, **HEALTHY,
                        driver_job=RUNNING_JOB))
     assert asking.status.stopping.reason == "Suspended" and asking.delete_jobs == ["r-a1"]
-    deleting = decide(at(asking.status, 5, suspend, ray_cluster=HEALTHY_RC,
+    deleting = decide(at(asking.status, 5, suspend, **HEALTHY,
                          report_data=suspended_report()))
     assert deleting.actions == [Action.DELETE_RAY_CLUSTER]
     assert deleting.status.phase == "Running"  # until the RayCluster is gone
@@ -164,16 +165,16 @@ def test_the_active_deadline_survives_restarts_and_ends_the_run():
     limited = spec(budget={"active_deadline_seconds": 100})
     status = running_status()
     started = status.active_since
-    failed = decide(at(status, 50, limited, ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+    failed = decide(at(status, 50, limited, **HEALTHY, driver_job=_job("Failed"),
                        driver_pods=[_pod(14)])).status
-    again = decide(at(failed, 51, limited, ray_cluster=HEALTHY_RC)).status
+    again = decide(at(failed, 51, limited, **HEALTHY)).status
     assert again.phase == "Running" and again.active_since == started  # not reset
-    running = decide(at(again, 99, limited, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB))
+    running = decide(at(again, 99, limited, **HEALTHY, driver_job=RUNNING_JOB))
     assert running.status.stopping is None
     assert running.requeue_after <= 5
-    over = decide(at(again, 101, limited, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB))
+    over = decide(at(again, 101, limited, **HEALTHY, driver_job=RUNNING_JOB))
     assert over.status.stopping.reason == "DeadlineExceeded"
-    ended = decide(at(over.status, 102, limited, ray_cluster=HEALTHY_RC))
+    ended = decide(at(over.status, 102, limited, **HEALTHY))
     assert ended.status.phase == "Failed"
     assert ended.status.terminal.reason == "DeadlineExceeded"
 
@@ -193,8 +194,8 @@ def test_the_pre_running_deadline_counts_from_creation_and_stops_at_the_first_re
     assert over.status.terminal.reason == "PreRunningDeadlineExceeded"
     assert Action.DELETE_RAY_CLUSTER in over.actions
     # A cluster ready in time stops that clock for good.
-    ready = decide(at(accepted, 20, limited, ray_cluster=HEALTHY_RC)).status
-    later = decide(at(ready, 3600, limited, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB))
+    ready = decide(at(accepted, 20, limited, **HEALTHY)).status
+    later = decide(at(ready, 3600, limited, **HEALTHY, driver_job=RUNNING_JOB))
     assert later.status.stopping is None and later.status.phase == "Running"
 
 
@@ -212,7 +213,7 @@ def test_a_run_waits_queued_while_kueue_holds_its_cluster_and_preemption_is_not_
                                                                   "spec": {"suspend": False}}))
     assert admitted.status.phase == "Provisioning"
     assert admitted.status.pre_running_since == NOW + 60 * SECOND
-    running = decide(at(admitted.status, 61, queued, ray_cluster=HEALTHY_RC)).status
+    running = decide(at(admitted.status, 61, queued, **HEALTHY)).status
     assert running.phase == "Running"
 
     preempted = decide(at(running, 100, queued, ray_cluster=held, driver_job=RUNNING_JOB))
@@ -329,7 +330,7 @@ def test_an_evicted_driver_costs_no_restart():
     for code in (13, None):
         status = running_status()
         status.recovery.restarts = SPEC.run_policy.max_restarts  # none left
-        d = decide(at(status, 1, ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+        d = decide(at(status, 1, **HEALTHY, driver_job=_job("Failed"),
                       driver_pods=[disrupted_pod(code)]))
         s = d.status
         assert s.phase == "Recovering", s.terminal
@@ -343,11 +344,11 @@ def test_an_evicted_driver_costs_no_restart():
         {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
          "message": "Pod ns/r-a1-x has condition DisruptionTarget matching FailJob rule at "
                     "index 1"}]}}
-    d = decide(at(status, 1, ray_cluster=HEALTHY_RC, driver_job=by_policy))
+    d = decide(at(status, 1, **HEALTHY, driver_job=by_policy))
     assert d.status.phase == "Recovering"
     assert d.status.recovery.history[-1].reason == "Disrupted"
     # A crash of a pod that also happens to be disrupted is still the run's failure.
-    crashed = decide(at(running_status(), 1, ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+    crashed = decide(at(running_status(), 1, **HEALTHY, driver_job=_job("Failed"),
                         driver_pods=[disrupted_pod(1)]))
     assert crashed.status.recovery.restarts == 1
 
@@ -459,7 +460,7 @@ def test_a_waiting_run_is_due_again_only_when_time_alone_changes_something():
 def failed_run() -> GRPORunStatus:
     status = running_status()
     status.recovery.restarts = SPEC.run_policy.max_restarts
-    failed = decide(at(status, 1, ray_cluster=HEALTHY_RC, driver_job=_job("Failed"),
+    failed = decide(at(status, 1, **HEALTHY, driver_job=_job("Failed"),
                        driver_pods=[_pod(14)])).status
     assert failed.terminal.reason == "MaxRestartsExceeded"
     return failed
@@ -491,7 +492,7 @@ def test_a_retry_id_longer_than_a_name_reopens_once_too():
 
 
 def test_a_retry_id_first_seen_before_the_failure_is_not_acted_on():
-    seen = decide(at(running_status(), 1, ray_cluster=HEALTHY_RC, driver_job=RUNNING_JOB,
+    seen = decide(at(running_status(), 1, **HEALTHY, driver_job=RUNNING_JOB,
                      annotations={"grpo.dev/retry": "in-git"})).status
     assert seen.seen_retry_ids == ["in-git"] and seen.phase == "Running"
 
@@ -506,7 +507,7 @@ def test_a_refused_run_retried_is_judged_again():
 
 def test_ttl_deletes_the_run_after_the_end_and_its_cleanup():
     ttl = spec(run_policy={"ttl_seconds_after_finished": 100})
-    ended = decide(at(running_status(), 0, ttl, ray_cluster=HEALTHY_RC,
+    ended = decide(at(running_status(), 0, ttl, **HEALTHY,
                       driver_job=_job("Failed"), driver_pods=[_pod(10)])).status
     cleaned = decide(at(ended, 1, ttl))
     assert cleaned.status.terminal.cleanup is not None
