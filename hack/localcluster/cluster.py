@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -170,23 +170,30 @@ class LocalCluster:
 
     def install_crd(self, path: Path, timeout: float = 60) -> None:
         """Server-side apply a CRD file (large CRDs exceed a client-side apply's annotation
-        limit) and wait until it is Established. Polls instead of `kubectl wait`, which fails
-        outright while a new CRD has no conditions yet."""
+        limit) and wait until it is Established and its kind is listed. Polls instead of
+        `kubectl wait`, which fails outright while a new CRD has no conditions yet; an
+        Established kind's lists are still refused (429, "storage is (re)initializing") until
+        the API server's watch cache for it has started, a second or more here, which a
+        controller started at once spends retrying."""
         applied = self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path),
                                "-o", "name").stdout.split()
         deadline = time.monotonic() + timeout
-        for name in applied:
-            while True:
-                established = self.kubectl(
-                    "get", name, "-o",
-                    "jsonpath={.status.conditions[?(@.type=='Established')].status}",
-                    check=False,
-                ).stdout
-                if established == "True":
-                    break
+
+        def until(what: str, done: Callable[[subprocess.CompletedProcess[str]], bool],
+                  *args: str) -> None:
+            while not done(self.kubectl(*args, check=False)):
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{name} not Established after {timeout:.0f}s")
+                    raise TimeoutError(f"{what} after {timeout:.0f}s")
                 time.sleep(0.2)
+
+        for name in applied:
+            until(f"{name} not Established", lambda got: got.stdout == "True", "get", name, "-o",
+                  "jsonpath={.status.conditions[?(@.type=='Established')].status}")
+            group, plural, version = self.kubectl(
+                "get", name, "-o", "jsonpath={.spec.group} {.spec.names.plural} "
+                "{.spec.versions[?(@.served==true)].name}").stdout.split()[:3]
+            until(f"{plural}.{group} not listed", lambda got: got.returncode == 0,
+                  "get", "--raw", f"/apis/{group}/{version}/{plural}")
 
     def api_client(self):
         """A ``kubernetes.client.ApiClient`` for the admin."""
