@@ -76,9 +76,15 @@ def test_a_recreated_run_does_not_adopt_the_children_of_the_deleted_one(runs, tm
         "ray.io", "v1", runs.namespace, "rayclusters", "again",
         {"metadata": {"finalizers": None}})
     new_uid = runs.get("again")["metadata"]["uid"]
-    wait_for(lambda: [r["uid"] for r in (runs.ray_cluster("again") or {}).get(
-        "metadata", {}).get("ownerReferences", [])] == [new_uid], 120,
-        what="a RayCluster of the new run")
+    try:
+        wait_for(lambda: [r["uid"] for r in (runs.ray_cluster("again") or {}).get(
+            "metadata", {}).get("ownerReferences", [])] == [new_uid], 120,
+            what="a RayCluster of the new run")
+    except AssertionError as timed_out:  # intermittent: say what the run and its cluster show
+        cluster_meta = (runs.ray_cluster("again") or {}).get("metadata")
+        conditions = (runs.get("again").get("status") or {}).get("conditions")
+        raise AssertionError(f"{timed_out}; RayCluster metadata: {cluster_meta}; "
+                             f"run conditions: {conditions}") from None
 
 
 def failed_passes(operator, namespace: str, name: str) -> int:
