@@ -28,6 +28,7 @@ from tests.operator.test_reconcile import (
     _job,
     _pod,
     finished,
+    ray_pod,
     report,
     running_status,
     signed,
@@ -365,10 +366,7 @@ def gpu_pod(gpus: int, started_seconds: float, phase: str = "Running") -> dict:
                        "containerStatuses": [{"state": {"running": {"startedAt": started}}}]}}
 
 
-HEAD_POD = {"metadata": {"name": "h", "labels": {"ray.io/node-type": "head"}},
-            "spec": {"containers": [{}]},
-            "status": {"phase": "Running", "startTime": "2026-11-29T11:00:00Z",
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
+HEAD_POD = ray_pod("head")
 
 
 def test_gpu_seconds_are_metered_from_running_gpu_pods_and_enforce_the_gpu_budget():
