@@ -52,7 +52,8 @@ def test_a_pre_created_auth_secret_is_never_used(runs, tmp_path):
     assert owners == [runs.get("squat")["metadata"]["uid"]]
 
 
-def test_a_recreated_run_does_not_adopt_the_children_of_the_deleted_one(runs, tmp_path):
+def test_a_recreated_run_does_not_adopt_the_children_of_the_deleted_one(operator, runs,
+                                                                          tmp_path):
     stuck_run(runs, tmp_path, "again")
     wait_for(lambda: runs.ray_cluster("again"), 60, what="the first RayCluster")
     old_uid = runs.get("again")["metadata"]["uid"]
@@ -72,6 +73,11 @@ def test_a_recreated_run_does_not_adopt_the_children_of_the_deleted_one(runs, tm
     assert wait_for(conflict, 60, what="Stalled on the held RayCluster")["reason"] == (
         "ChildConflict")
 
+    # The finalizer holds the old cluster only once the garbage collector has deleted it
+    # (slow while the session's earlier namespaces go): removed before, the cluster would
+    # stay until the collector's turn, which is not the operator's to wait for.
+    wait_for(lambda: (runs.ray_cluster("again") or {}).get("metadata", {}).get(
+        "deletionTimestamp"), 120, what="the held RayCluster deleted by the garbage collector")
     runs.custom.patch_namespaced_custom_object(
         "ray.io", "v1", runs.namespace, "rayclusters", "again",
         {"metadata": {"finalizers": None}})
@@ -83,8 +89,10 @@ def test_a_recreated_run_does_not_adopt_the_children_of_the_deleted_one(runs, tm
     except AssertionError as timed_out:  # intermittent: say what the run and its cluster show
         cluster_meta = (runs.ray_cluster("again") or {}).get("metadata")
         conditions = (runs.get("again").get("status") or {}).get("conditions")
+        passes = [line for line in operator.log_path.read_text(errors="replace").splitlines()
+                  if f"{runs.namespace}/again" in line][-20:]
         raise AssertionError(f"{timed_out}; RayCluster metadata: {cluster_meta}; "
-                             f"run conditions: {conditions}") from None
+                             f"run conditions: {conditions}; operator log: {passes}") from None
 
 
 def failed_passes(operator, namespace: str, name: str) -> int:
