@@ -239,10 +239,11 @@ class RayNode:
             # Stop at once on SIGTERM instead of draining running jobs for up to 30 s.
             "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
             "RAY_USAGE_STATS_ENABLED": "0",
-            # The image stand-in's compile cache: vLLM's sampler asks torch.compile for a
-            # kernel at the first generate, ~15 s of C++ compiling in a fresh /tmp. A node's
-            # /tmp is its own, so without this every new Ray pod of every test would compile
-            # it again; an image can carry the cache the same way (a warm-up at build time).
+            # The image stand-in's compile cache: vLLM compiles the model at the engine's start
+            # and its sampler's kernel at the first generate, C++ compiling that a fresh /tmp
+            # pays in full (the sampler's alone ~15 s). A node's /tmp is its own, so without
+            # this every new Ray pod of every test would compile them again; an image can
+            # carry the cache the same way (a warm-up at build time).
             "TORCHINDUCTOR_CACHE_DIR": str(mountns.INDUCTOR_CACHE),
             # Job entrypoints and actors find this virtualenv's `python` and `ray` first.
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",

@@ -78,7 +78,6 @@ class RolloutEngine:
             max_model_len=settings.max_model_len,
             max_num_seqs=settings.max_num_seqs,
             seed=settings.seed,
-            enforce_eager=not settings.use_gpu,
             logprobs_mode="processed_logprobs",
             worker_extension_cls=EXTENSION_CLS,
             **kwargs,

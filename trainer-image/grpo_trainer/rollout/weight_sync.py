@@ -27,8 +27,10 @@ plain ``model.load_weights`` would leave the packed kernels stale. The extension
 puts back an empty-shaped weight parameter carrying the layer's weight loader where the weight
 was removed, (2) calls ``model.load_weights`` with the HF names (vLLM fuses q/k/v and gate/up
 itself), (3) re-runs the layer's ``process_weights_after_loading`` for every module that has a
-``cpu_linear``, which repacks. GPU engines (NOT run here) skip (1) and (3) and receive into CUDA
-buffers over NCCL. Either way the engine then resets its prefix cache (``rollout.engine``).
+``cpu_linear``, which repacks; the compiled model (vLLM's torch.compile) runs the repacked
+kernels from the next generate on, as the weight-sync tests check by logprob equality. GPU
+engines (NOT run here) skip (1) and (3) and receive into CUDA buffers over NCCL. Either way
+the engine then resets its prefix cache (``rollout.engine``).
 """
 
 from __future__ import annotations
