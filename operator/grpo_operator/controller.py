@@ -27,6 +27,7 @@ from grpo_operator.children.network_policy import RAY_CLUSTER_LABEL, network_pol
 from grpo_operator.children.raycluster import ray_cluster
 from grpo_operator.conditions import set_condition, set_wire_condition, summarize
 from grpo_operator.errors import SpecInvalid, StatusUnreadable, describe, retry_delay
+from grpo_operator.health import pod_ready
 from grpo_operator.kube import ChildConflict, Kube, StaleStatus, merge_patch
 from grpo_operator.metrics import Metrics
 from grpo_operator.naming import ChildNames
@@ -62,11 +63,10 @@ SCHEMA_CHANGE_SECONDS = 120.0
 # A child's watch event wakes its run this long after it, not at once, as the Job controller
 # batches its pods' events (syncJobBatchPeriod): KubeRay makes a cluster's service and pods
 # within a second, and KWOK or a kubelet move a pod through scheduled, running and ready as
-# fast; one pass then reads them all instead of one pass (and status write) each. A
-# RayCluster's own events wake at once: KubeRay writes its status once per reconcile, after
-# the pods it counts changed, and its turning ready is what a waiting run waits for.
+# fast; one pass then reads them all instead of one pass (and status write) each. What a
+# waiting run waits for wakes it at once: a Ray pod turning ready (the cluster's health is
+# read from its pods) and a RayCluster's own events (KubeRay's status, its deletion).
 CHILD_EVENT_BATCH_SECONDS = 1.0
-UNBATCHED_KINDS = frozenset({"RayCluster"})
 
 
 def _now() -> datetime.datetime:
@@ -151,12 +151,14 @@ class Controller:
     def child_event(self, kind: str, event_type: str | None, body: dict[str, Any]) -> None:
         """A watch event of a run's child (a RayCluster turning ready, a Job failing, a report
         written; the cache has it already): its run is woken within
-        ``CHILD_EVENT_BATCH_SECONDS`` (a RayCluster's at once), unless the event is an echo."""
+        ``CHILD_EVENT_BATCH_SECONDS`` (a RayCluster's and a ready pod's at once), unless the
+        event is an echo."""
         if event_type == "DELETED":
             self.kube.cache.remove(kind, body)
         elif self.kube.cache.is_echo(kind, body):
             return
-        self._wake_owner(body, 0.0 if kind in UNBATCHED_KINDS else CHILD_EVENT_BATCH_SECONDS)
+        at_once = kind == "RayCluster" or (kind == "Pod" and pod_ready(body))
+        self._wake_owner(body, 0.0 if at_once else CHILD_EVENT_BATCH_SECONDS)
 
     def _wake_owner(self, child: dict[str, Any], delay: float = 0.0) -> None:
         meta = child["metadata"]

@@ -45,11 +45,16 @@ def cluster_health(ray_cluster: dict[str, Any] | None, workers: int,
 
 
 def _ready(pod: dict[str, Any], node_type: str) -> bool:
-    """A Ray pod of that type that is ready and not going away (one being deleted, as in a
-    node drain or a preemption, is not a node to start an attempt on)."""
-    meta, status = pod["metadata"], pod.get("status") or {}
-    return ((meta.get("labels") or {}).get("ray.io/node-type") == node_type
-            and not meta.get("deletionTimestamp") and status.get("phase") == "Running"
+    """A Ray pod of that type that is ready and not going away."""
+    return (pod["metadata"].get("labels") or {}).get("ray.io/node-type") == node_type and (
+        pod_ready(pod))
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    """Running, Ready and not being deleted (one being deleted, as in a node drain or a
+    preemption, is not a node to start an attempt on)."""
+    status = pod.get("status") or {}
+    return (not pod["metadata"].get("deletionTimestamp") and status.get("phase") == "Running"
             and any(c.get("type") == "Ready" and c.get("status") == "True"
                     for c in status.get("conditions") or []))
 

@@ -52,6 +52,22 @@ def test_a_childs_event_wakes_the_run_named_by_its_label():
     assert queued(c, CHILD_EVENT_BATCH_SECONDS + 1) == []  # no such run: nothing is woken
 
 
+def test_a_pod_turning_ready_wakes_its_run_at_once():
+    """The cluster's health is read from its pods: their last one ready is what the run
+    waits for."""
+    c = controller()
+    c.run_event(None, body(KIND, "my-run"))
+    assert queued(c) == [("team-a", "my-run")]
+    pod = body("Pod", "my-run-head", labels={LABEL_RUN: "my-run"})
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
+    c.child_event("Pod", "MODIFIED", pod)
+    assert queued(c) == []  # running, not ready: batched
+    assert queued(c, CHILD_EVENT_BATCH_SECONDS + 1) == [("team-a", "my-run")]
+    pod["status"]["conditions"][0]["status"] = "True"
+    c.child_event("Pod", "MODIFIED", pod)
+    assert queued(c) == [("team-a", "my-run")]
+
+
 def test_a_burst_of_child_events_wakes_the_run_once_after_the_first_of_them():
     c = controller()
     c.run_event(None, body(KIND, "my-run"))
